@@ -1,0 +1,97 @@
+// kvlm command line: parses flags (CLI11 subcommands) and dispatches to the cmd_* functions in src/.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "cli.h"
+#include "error.h"
+
+using namespace kvlm;
+
+static void add_sampling_flags(CLI::App* app, SamplingParams& s, bool* seed_given) {
+    app->add_option("--temp", s.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+    app->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+    app->add_option("--top-p", s.top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
+    app->add_option("--min-p", s.min_p, "Drop tokens below min-p x the top probability (0 = off)")
+        ->capture_default_str();
+    app->add_option("--repeat-penalty", s.repeat_penalty, "Penalty for recently seen tokens (1 = off)")
+        ->capture_default_str();
+    app->add_option("--repeat-last-n", s.repeat_last_n, "How many recent tokens the penalty considers")
+        ->capture_default_str();
+    app->add_option_function<uint64_t>(
+        "--seed", [&s, seed_given](uint64_t v) { s.seed = v; *seed_given = true; },
+        "Random seed (default: random; same seed = same output)");
+}
+
+int main(int argc, char** argv) {
+    CLI::App app{"kvlm: a command-line LLM runner built around the KV cache"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "kvlm 0.1.0");
+
+    ConvertOptions convert;
+    auto* convert_cmd = app.add_subcommand("convert", "Convert a Hugging Face directory, GGUF or llama2.c model to .kvlm");
+    convert_cmd->add_option("source", convert.source, "HF model directory, .gguf file, or llama2.c .bin");
+    convert_cmd->add_option("-o,--output", convert.output, "Output .kvlm file")->required();
+    convert_cmd->add_option("--dtype", convert.dtype, "Weight type: f32, f16, bf16 (default: the source's)");
+    convert_cmd->add_option("--tokenizer", convert.tokenizer, "Tokenizer file or directory (tokenizer.bin, tokenizer.json, ...)");
+    convert_cmd->add_option("--synthetic", convert.synthetic,
+                            "Random weights at a shape: smollm2-135m, llama-3.2-1b, llama-3-8b, or a config.json");
+    convert_cmd->add_option("--seed", convert.seed, "Seed for --synthetic")->capture_default_str();
+    convert_cmd->add_flag("-q,--quiet", convert.quiet, "No progress output");
+
+    InspectOptions inspect;
+    auto* inspect_cmd = app.add_subcommand("inspect", "Show a .kvlm model's metadata, tensors and KV-cache planning");
+    inspect_cmd->add_option("model", inspect.model_path, "Model file (.kvlm)")->required();
+    inspect_cmd->add_flag("--verify", inspect.verify, "Recompute every tensor checksum");
+    inspect_cmd->add_option("--kv-mem", inspect.kv_mem, "Memory budget for the KV planning table (e.g. 4GiB)");
+    inspect_cmd->add_flag("--json", inspect.json, "Print JSON on stdout");
+
+    TokenizeOptions tokenize;
+    auto* tokenize_cmd = app.add_subcommand("tokenize", "Print the token ids of a text");
+    tokenize_cmd->add_option("model", tokenize.model_path, "Model file (.kvlm)")->required();
+    tokenize_cmd->add_option("text", tokenize.text, "Text to tokenize")->required();
+    tokenize_cmd->add_flag("--pieces", tokenize.pieces, "Print id and piece per line");
+    tokenize_cmd->add_flag("--no-bos", tokenize.no_bos, "Do not add BOS even if the model asks for it");
+    tokenize_cmd->add_flag("--no-special", tokenize.no_special, "Treat special-token text as plain text");
+
+    RunOptions run;
+    bool run_seed_given = false;
+    auto* run_cmd = app.add_subcommand("run", "Generate text from a prompt (-p, or stdin) and print it on stdout");
+    run_cmd->add_option("-m,--model", run.model_path, "Model file (.kvlm)")->required();
+    run_cmd->add_option_function<std::string>(
+        "-p,--prompt", [&run](const std::string& p) { run.prompt = p; run.prompt_given = true; },
+        "Prompt text (default: read from stdin; \"\" starts from BOS alone)");
+    run_cmd->add_option("-n,--n-predict", run.n_predict, "Max new tokens (-1: until end of text or context)")
+        ->capture_default_str();
+    run_cmd->add_option("-c,--ctx-size", run.n_ctx, "Context length (default: the model's)");
+    run_cmd->add_option("-t,--threads", run.n_threads, "CPU threads (default: all cores)");
+    run_cmd->add_option("--block-size", run.block_size, "Tokens per KV block")->capture_default_str();
+    run_cmd->add_option("--kv-mem", run.kv_mem, "KV-cache memory budget (e.g. 512MiB; default: fits the context)");
+    run_cmd->add_option("--device", run.device, "auto, cuda or cpu")->capture_default_str();
+    run_cmd->add_flag("--chat", run.chat, "Wrap the prompt as one user turn of the model's chat template");
+    run_cmd->add_option("--system", run.system, "System prompt (with --chat)");
+    run_cmd->add_flag("-v,--verbose", run.verbose, "Print timings and KV-cache stats on stderr");
+    run_cmd->add_flag("-q,--quiet", run.quiet, "Print nothing on stderr but errors");
+    add_sampling_flags(run_cmd, run.sampling, &run_seed_given);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+
+    try {
+        if (*convert_cmd) return cmd_convert(convert);
+        if (*inspect_cmd) return cmd_inspect(inspect);
+        if (*tokenize_cmd) return cmd_tokenize(tokenize);
+        if (*run_cmd) {
+            if (!run_seed_given) run.sampling.seed = std::random_device{}();
+            return cmd_run(run);
+        }
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+    return 1;
+}

@@ -1,0 +1,53 @@
+// The coarse compute interface every backend (CPU reference, CUDA) implements: run tokens of one
+// sequence through the model over its block table and return logits; move K/V blocks in and out.
+// The K/V bytes of physical block b live wherever the backend keeps them, laid out as
+//   [n_layers][2 (K, V)][block_size][n_kv_heads][head_dim] in kv_dtype(),
+// so one block is one contiguous record (what the session store saves and restores).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dtype.h"
+#include "kv_pool.h"
+#include "model_config.h"
+
+namespace kvlm {
+
+class ModelFile;
+
+struct BackendOptions {
+    int32_t n_threads = 0;        // CPU threads (0 = all cores)
+    int32_t n_kv_blocks = 0;      // physical KV blocks in the pool
+    int32_t block_size = 16;      // tokens per KV block
+    DType kv_dtype = DType::f32;  // element type of the KV cache
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual std::string name() const = 0;  // "cpu", "cuda (NVIDIA H100 ...)"
+    virtual const ModelConfig& config() const = 0;
+
+    // Runs tokens[0..n_tokens) at positions pos..pos+n_tokens-1 through the model. Their K/V are written
+    // into the blocks of `table` (which the caller has already grown to hold pos + n_tokens tokens);
+    // attention reads positions 0..pos+n_tokens-1 through `table`. Writes logits for the last token
+    // ([n_vocab]) into `logits`, or for every token ([n_tokens, n_vocab]) when all_logits is true.
+    virtual void forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table,
+                         float* logits, bool all_logits = false) = 0;
+
+    virtual size_t kv_block_bytes() const = 0;                         // bytes of one block record
+    virtual void read_kv_block(int32_t block, void* dst) const = 0;    // block record -> host memory
+    virtual void write_kv_block(int32_t block, const void* src) = 0;   // host memory -> block record
+    virtual void copy_kv_block(int32_t src_block, int32_t dst_block) = 0;
+};
+
+// KV bytes for one token across all layers (K and V) in `kv_dtype`.
+size_t kv_bytes_per_token(const ModelConfig& config, DType kv_dtype);
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelFile& model, const BackendOptions& options);
+// Defined in cuda/ when built with CUDA; otherwise throws Error saying kvlm was built without CUDA.
+std::unique_ptr<Backend> make_cuda_backend(const ModelFile& model, const BackendOptions& options);
+bool cuda_available(std::string* why_not);  // a usable device exists (false in CUDA=0 builds)
+
+}  // namespace kvlm

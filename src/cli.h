@@ -1,0 +1,60 @@
+// Options and entry points of the kvlm subcommands. main.cpp parses flags into these structs (CLI11)
+// and calls the matching cmd_* function; each returns the process exit code and throws Error on bad input.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "sampler.h"
+
+namespace kvlm {
+
+struct InspectOptions {
+    std::string model_path;
+    bool verify = false;        // recompute every tensor checksum
+    std::string kv_mem;         // memory budget for the KV-planning table, e.g. "4GiB" (empty: a default set)
+    bool json = false;          // machine-readable output on stdout
+};
+int cmd_inspect(const InspectOptions& options);
+
+struct ConvertOptions {
+    std::string source;          // HF directory, .gguf, or llama2.c .bin
+    std::string output;          // .kvlm path
+    std::string dtype;           // "" = keep the source's (quantized GGUF sources: f16)
+    std::string tokenizer;       // tokenizer source overriding/adding to what SOURCE carries
+    std::string synthetic;       // shape name or config.json path: write random weights instead
+    uint64_t seed = 1234;        // for --synthetic
+    bool quiet = false;          // no progress bar
+};
+int cmd_convert(const ConvertOptions& options);
+
+struct TokenizeOptions {
+    std::string model_path;
+    std::string text;
+    bool pieces = false;         // print "id\tpiece" per line instead of the id list
+    bool no_bos = false;
+    bool no_special = false;     // treat special-token text as plain text
+};
+int cmd_tokenize(const TokenizeOptions& options);
+
+struct RunOptions {
+    std::string model_path;
+    std::string prompt;
+    bool prompt_given = false;   // -p given (possibly ""); otherwise read stdin
+    int32_t n_predict = -1;      // max new tokens (-1: until end of generation or context)
+    int32_t n_ctx = 0;           // context length (0: the model's)
+    int32_t n_threads = 0;       // 0: all cores
+    int32_t block_size = 16;
+    std::string kv_mem;          // KV pool budget ("512MiB"); empty: sized from the context
+    std::string device = "auto";
+    bool chat = false;
+    std::string system;          // system prompt with --chat
+    bool verbose = false;
+    bool quiet = false;
+    SamplingParams sampling;
+};
+int cmd_run(const RunOptions& options);
+
+// "512MiB", "4GiB", "1000000" (bytes) -> bytes; throws Error naming the flag on bad input.
+uint64_t parse_byte_size(const std::string& text, const char* flag_name);
+
+}  // namespace kvlm

@@ -1,0 +1,44 @@
+// Shared test helpers: locating ../shared/models (KVLM_TEST_DATA), running the kvlm binary (KVLM_BIN)
+// and capturing its exit code, stdout and stderr, and scratch directories.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kvlm::test {
+
+// Test data root: $KVLM_TEST_DATA, else ../shared/models relative to the repository root.
+std::string data_dir();
+// Full path of a file under the data root.
+std::string data_path(const std::string& relative);
+// True if `path` exists. Otherwise reports it: a skip message, or a test failure when
+// KVLM_REQUIRE_TEST_DATA=1 (as in CI). Use: if (!have_data(p)) return;
+bool have_data(const std::string& path);
+
+struct CliResult {
+    int exit_code = -1;
+    std::string out;  // stdout
+    std::string err;  // stderr
+};
+// Runs `$KVLM_BIN args...` (each arg shell-quoted), feeding stdin_text on standard input.
+CliResult run_kvlm(const std::vector<std::string>& args, const std::string& stdin_text = "");
+
+// A fresh empty directory under the system temp dir, removed when the object dies.
+class TempDir {
+public:
+    TempDir();
+    ~TempDir();
+    const std::string& path() const { return path_; }
+    std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+private:
+    std::string path_;
+};
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& content);
+
+// A converted model cached across tests in the build tree (e.g. stories260K from its GGUF), made by
+// running `kvlm convert SOURCE -o build/test-models/NAME.kvlm EXTRA...` once per test run.
+std::string converted_model(const std::string& name, const std::vector<std::string>& convert_args);
+
+}  // namespace kvlm::test

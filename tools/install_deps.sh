@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs kvlm's build and test dependencies from Debian packages (and Python reference tools used by
+# tools/ scripts that regenerate test data; not needed to build or test).
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+packages=(g++ make python3 python3-pip libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libedit-dev)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
