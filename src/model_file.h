@@ -33,6 +33,12 @@ struct ModelMetadata {
     std::string source;         // free text: where it was converted from
 };
 
+// The tensors a model with this config must contain, in canonical file order (token_embd, then per layer
+// attn_norm, attn_q/k/v (+ biases for qkv_bias), attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then
+// output_norm and output unless tied). 1-D tensors (norms, biases) are always f32; matrices use `dtype`.
+// offset/n_bytes/checksum are left 0 (n_bytes filled from shape and dtype).
+std::vector<TensorInfo> expected_tensors(const ModelConfig& config, DType dtype);
+
 class ModelWriter {
 public:
     // Declares every tensor up front (name, dtype, shape) so offsets are known; data follows in order.
