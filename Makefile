@@ -20,13 +20,14 @@ LDLIBS   := -lfmt -lpcre2-8 -lxxhash -pthread
 
 SRC_CPP  := $(wildcard src/*.cpp)
 CUDA_SRC := $(wildcard cuda/*.cu)
+CUDA_HOST_SRC := $(wildcard cuda/*.cpp)
 TEST_CPP := $(wildcard tests/*.cpp)
 
 ifeq ($(CUDA),1)
   CPPFLAGS += -DKVLM_CUDA=1
   NVCCFLAGS ?= -O3 -std=c++17 $(CUARCH) -Isrc -Xcompiler -Wall,-Wno-unused-parameter
-  CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcudart_static -ldl -lrt
+  CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(CUDA_HOST_SRC:%.cpp=$(BUILD)/%.o)
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 else
   CUDA_OBJ :=
 endif
@@ -48,6 +49,11 @@ $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
+# Host-side CUDA code (runtime API calls, no kernels) needs the toolkit's headers.
+$(BUILD)/cuda/%.o: cuda/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) -I$(CUDA_HOME)/include $(CXXFLAGS) -c $< -o $@
+
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -64,7 +70,7 @@ deps:
 	bash tools/install_deps.sh
 
 models: $(BIN)
-	bash tools/fetch_models.sh
+	KVLM=$(abspath $(BIN)) bash tools/fetch_models.sh
 
 bench: $(BIN)
 	bash bench/run.sh

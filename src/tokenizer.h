@@ -15,6 +15,9 @@ class Tokenizer {
 public:
     explicit Tokenizer(const TokenizerData& data);  // throws Error if the data is inconsistent
     ~Tokenizer();
+    // The checks the constructor makes (sizes, types, ids, pre-tokenizer name, merge format), without
+    // building the tokenizer; throws Error describing the first problem.
+    static void validate(const TokenizerData& data);
 
     // add_bos: prepend BOS when the tokenizer's settings say so (data.add_bos) - pass false to never add.
     // parse_special: match special/added tokens in the text (true for prompts/chat templates).

@@ -1,0 +1,53 @@
+// Everything a generation needs, opened once: the memory-mapped model, its tokenizer, the chosen
+// compute backend and the paged KV pool sized for the context. run/chat/bench all start here.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend.h"
+#include "kv_pool.h"
+#include "model_file.h"
+#include "tokenizer.h"
+
+namespace kvlm {
+
+struct EngineOptions {
+    std::string device = "auto";  // auto | cuda | cpu
+    int32_t n_threads = 0;        // CPU threads, 0 = all cores
+    int32_t n_ctx = 0;            // context length; 0 = the model's, capped at kDefaultMaxContext
+    int32_t block_size = 16;      // tokens per KV block
+    uint64_t kv_mem_bytes = 0;    // KV pool budget; 0 = exactly enough blocks for n_ctx
+    DType kv_dtype = DType::f32;
+    bool quiet = false;           // no informational lines on stderr
+};
+
+// Default context cap when -c is not given: big trained contexts (128k) would reserve GiBs of KV.
+constexpr int32_t kDefaultMaxContext = 8192;
+
+class Engine {
+public:
+    // Opens the model (validated, mmapped), builds the tokenizer, picks the backend (saying which on
+    // stderr unless quiet) and sizes the pool. Throws Error naming what is wrong.
+    Engine(const std::string& model_path, const EngineOptions& options);
+    ~Engine();
+
+    const ModelFile& model() const { return *model_; }
+    const Tokenizer& tokenizer() const { return *tokenizer_; }
+    Backend& backend() { return *backend_; }
+    KvPool& pool() { return *pool_; }
+    int32_t n_ctx() const { return n_ctx_; }
+    const std::string& device_name() const { return device_name_; }
+    double load_seconds() const { return load_seconds_; }
+
+private:
+    std::unique_ptr<ModelFile> model_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    std::unique_ptr<Backend> backend_;
+    std::unique_ptr<KvPool> pool_;
+    int32_t n_ctx_ = 0;
+    std::string device_name_;
+    double load_seconds_ = 0;
+};
+
+}  // namespace kvlm

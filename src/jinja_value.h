@@ -1,0 +1,84 @@
+// Dynamic values of the Jinja subset with the Python semantics jinja2 gives them (truthiness, str(),
+// repr(), ==, json.dumps). Lists are immutable once built; dicts keep insertion order like Python's.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvlm::jinja {
+
+// A runtime failure inside template evaluation; the evaluator adds "chat template: ... line N".
+class EvalError : public std::runtime_error {
+public:
+    explicit EvalError(const std::string& message) : std::runtime_error(message) {}
+};
+[[noreturn]] void fail(const std::string& message);
+
+struct Value;
+struct ValueDict;
+using ValueList = std::vector<Value>;
+
+struct CallArgs {
+    std::vector<Value> positional;
+    std::vector<std::pair<std::string, Value>> keyword;
+    // Argument `index` or keyword `name`; nullptr when absent.
+    const Value* get(size_t index, const char* name) const;
+};
+using NativeFn = std::function<Value(const CallArgs&)>;
+
+struct Value {
+    enum class Kind { undefined, none, boolean, integer, floating, string, list, dict, ns, function };
+    Kind kind = Kind::undefined;
+    bool b = false;
+    int64_t i = 0;
+    double f = 0;
+    std::string s;                     // string value; for undefined the missing name (for messages)
+    std::shared_ptr<ValueList> list;   // list (tuples are lists too)
+    std::shared_ptr<ValueDict> dict;   // dict, or the attributes of a namespace (shared, mutable)
+    std::shared_ptr<NativeFn> fn;      // builtin function, bound method or macro
+
+    static Value undefined(std::string name = "");
+    static Value none();
+    static Value boolean(bool value);
+    static Value integer(int64_t value);
+    static Value floating(double value);
+    static Value string(std::string value);
+    static Value make_list(ValueList items);
+    static Value make_dict(ValueDict items);
+    static Value make_namespace(ValueDict items);
+    static Value function(NativeFn fn);
+
+    bool is_undefined() const { return kind == Kind::undefined; }
+    bool is_none() const { return kind == Kind::none; }
+    bool is_string() const { return kind == Kind::string; }
+    bool is_number() const { return kind == Kind::integer || kind == Kind::floating || kind == Kind::boolean; }
+    bool is_list() const { return kind == Kind::list; }
+    bool is_dict() const { return kind == Kind::dict; }
+};
+
+struct ValueDict {
+    std::vector<std::pair<std::string, Value>> items;
+    const Value* find(const std::string& key) const;
+    void set(const std::string& key, Value value);
+};
+
+bool truthy(const Value& v);
+std::string type_name(const Value& v);      // Python-ish type name for messages
+std::string to_str(const Value& v);         // Python str(); undefined prints as ""
+std::string repr(const Value& v);           // Python repr()
+bool equals(const Value& a, const Value& b);
+// <, <=, >, >= on numbers, strings or lists; throws EvalError on other types.
+int compare(const Value& a, const Value& b);
+double as_double(const Value& v);
+// Python json.dumps(v, ensure_ascii=False, indent=indent (<0: None), sort_keys=sort_keys).
+std::string to_json(const Value& v, int indent, bool sort_keys = false);
+// Parses a JSON document into values (objects keep their key order).
+Value from_json(const std::string& text);
+// Items of a list, characters of a string, keys of a dict; empty for undefined; throws otherwise.
+ValueList iterate(const Value& v);
+
+}  // namespace kvlm::jinja

