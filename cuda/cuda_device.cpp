@@ -13,8 +13,12 @@ namespace kvlm {
 static bool cuda_device_present(std::string* description) {
     int n_devices = 0;
     cudaError_t status = cudaGetDeviceCount(&n_devices);
+    if (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice) {
+        *description = "no CUDA driver or device found";
+        return false;
+    }
     if (status != cudaSuccess) {
-        *description = std::string("CUDA runtime: ") + cudaGetErrorString(status);
+        *description = std::string("CUDA runtime: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
         return false;
     }
     if (n_devices == 0) {

@@ -2,8 +2,6 @@
 // template texts. A parsed template is immutable and shared between copies.
 #include "chat_template.h"
 
-#include <fmt/format.h>
-
 #include <utility>
 
 #include "error.h"
@@ -81,7 +79,9 @@ ChatTemplate ChatTemplate::parse(const std::string& source) {
 std::string ChatTemplate::builtin_source(const std::string& name) {
     for (const auto& [key, text] : builtin_templates)
         if (name == key) return text;
-    throw_error("unknown chat template '{}', expected one of: {}", name, fmt::join(builtin_names(), ", "));
+    std::string names;
+    for (const auto& entry : builtin_templates) names += (names.empty() ? "" : ", ") + std::string(entry.first);
+    throw_error("unknown chat template '{}', expected one of: {}", name, names);
 }
 
 std::vector<std::string> ChatTemplate::builtin_names() {

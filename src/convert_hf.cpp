@@ -225,7 +225,7 @@ ConvertSource open_hf_source(const std::string& dir, const std::string& tokenize
     src.metadata.chat_template = hf_chat_template(dir);
     if (src.metadata.chat_template.empty() && !tokenizer_path.empty() && fs::is_directory(tokenizer_path))
         src.metadata.chat_template = hf_chat_template(tokenizer_path);
-    src.metadata.source = "Hugging Face " + fs::path(dir).filename().string();
+    src.metadata.source = "Hugging Face directory " + dir;
     return src;
 }
 

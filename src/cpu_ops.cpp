@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "error.h"
 #include "thread_pool.h"
 
 namespace kvlm {
@@ -66,6 +67,7 @@ void rope_cpu(float* x, const int32_t* positions, const float* inv_freq, int32_t
     int32_t half = head_dim / 2;
     // Per-token cos/sin, shared by all heads; head_dim is at most 1024 (ModelConfig::validate).
     float cos_table[512], sin_table[512];
+    KVLM_ASSERT(half <= 512, "rope_cpu: head_dim above 1024");
     for (int32_t t = 0; t < n; t++) {
         for (int32_t i = 0; i < half; i++) {
             float angle = float(positions[t]) * inv_freq[i];
@@ -101,6 +103,7 @@ void kv_write_cpu(void* kv, const KvLayout& layout, int32_t layer, const float* 
 void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLayout& layout, int32_t layer,
                          const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads,
                          ThreadPool* pool) {
+    if (n <= 0) return;
     const int32_t head_dim = layout.head_dim, group = n_heads / layout.n_kv_heads;
     const size_t element_size = dtype_size(layout.dtype);
     const float inv_sqrt_dim = 1.0f / std::sqrt(float(head_dim));
@@ -108,7 +111,9 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
         // Grows once to the longest context seen on this thread; decode does not allocate.
         thread_local std::vector<float> scores;
         for (int64_t task_index = begin; task_index < end; task_index++) {
-            int32_t t = int32_t(task_index / n_heads), h = int32_t(task_index % n_heads);
+            // Head-major task order: a contiguous chunk covers all queries of some heads, which balances
+            // the causal cost (later queries attend more keys) across threads.
+            int32_t h = int32_t(task_index / n), t = int32_t(task_index % n);
             int32_t kv_head = h / group, n_keys = positions[t] + 1;
             if (scores.size() < size_t(n_keys)) scores.resize(size_t(n_keys));
             const float* qh = q + (int64_t(t) * n_heads + h) * head_dim;

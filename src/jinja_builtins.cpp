@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace kvlm::jinja {
 namespace {
@@ -56,6 +57,19 @@ std::string capitalize(const std::string& s) {
     return out;
 }
 
+// jinja2's title filter: words start after '-', whitespace, '(', '{', '[' or '<'; first letter upper, rest lower.
+std::string title_filter(const std::string& s) {
+    std::string out = s;
+    bool start = true;
+    for (char& c : out) {
+        bool boundary = std::strchr("-({[< \t\n\r\v\f", c) != nullptr && c != '\0';
+        if (!boundary) c = start ? char(std::toupper(static_cast<unsigned char>(c))) : char(std::tolower(static_cast<unsigned char>(c)));
+        start = boundary;
+    }
+    return out;
+}
+
+// Python's str.title(): words start after any non-letter.
 std::string title(const std::string& s) {
     std::string out = s;
     bool start = true;
@@ -367,7 +381,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
     if (name == "upper") return Value::string(ascii_map(to_str(v), ::toupper));
     if (name == "lower") return Value::string(ascii_map(to_str(v), ::tolower));
     if (name == "capitalize") return Value::string(capitalize(to_str(v)));
-    if (name == "title") return Value::string(title(to_str(v)));
+    if (name == "title") return Value::string(title_filter(to_str(v)));
     if (name == "string") return Value::string(to_str(v));
     if (name == "safe") return v;
     if (name == "length" || name == "count") {

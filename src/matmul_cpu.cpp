@@ -159,6 +159,17 @@ void matmul_tile(float* out, const float* x, const void* w, int64_t n_in, int64_
     }
 }
 
+// dst[i] = src[i] converted to f32 (exact for f16/bf16).
+template <DType D>
+void convert_rows(float* dst, const void* src, int64_t n, bool simd) {
+    int64_t i = 0;
+#ifdef KVLM_HAVE_AVX2
+    if (simd)
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<D>(src, i));
+#endif
+    for (; i < n; i++) dst[i] = load_scalar<D>(src, i);
+}
+
 // Rows [row_begin, row_end) of out = x w^T for all n tokens. For batches, f16/bf16 row tiles are first
 // converted to f32 (exactly) once per token tile, so the conversion is not repeated for every token.
 template <DType D>
@@ -175,7 +186,7 @@ void matmul_rows(float* out, const float* x, const void* w, int64_t n, int64_t n
             }
             size_t n_tile = size_t((r1 - r0) * n_in);
             if (converted.size() < n_tile) converted.resize(n_tile);
-            convert_to_f32(D, advance<D>(w, r0 * n_in), converted.data(), n_tile);
+            convert_rows<D>(converted.data(), advance<D>(w, r0 * n_in), int64_t(n_tile), simd);
             // The tile's rows start at 0 in `converted`: shift `out` so that row r0 lands at column r0.
             matmul_tile<DType::f32>(out + r0, x, converted.data(), n_in, n_out, t0, t1, 0, r1 - r0, simd);
         }

@@ -305,7 +305,6 @@ void validate_metadata(const ModelMetadata& m, const std::string& path) {
     if (t.scores.size() != n_vocab && !(t.type == "bpe" && t.scores.empty()))
         throw_error("{}: tokenizer has {} scores, expected n_vocab = {}{}", path, t.scores.size(), n_vocab,
                     t.type == "bpe" ? " or none" : "");
-    if (t.type == "bpe" && t.merges.empty()) throw_error("{}: bpe tokenizer has no merges", path);
     for (size_t i = 0; i < t.token_types.size(); i++)
         if (t.token_types[i] < 0 || t.token_types[i] > int32_t(TokenType::byte))
             throw_error("{}: token {} has type {}, expected 0..6", path, i, t.token_types[i]);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -19,11 +20,24 @@ namespace {
 
 const char* cases_path = "tests/data/chat_template_cases.json";
 
-// "shared:REL" lives under the shared test data, "repo:REL" in this repository.
-std::string template_path(const std::string& ref) {
-    if (ref.rfind("shared:", 0) == 0) return kvlm::test::data_path(ref.substr(7));
-    REQUIRE(ref.rfind("repo:", 0) == 0);
-    return ref.substr(5);
+// Template text for a reference: "shared:REL" under the shared test data, "repo:REL" in this repository,
+// "index:N" entry N of the shared ollama index of real templates. False when the shared data is missing.
+bool template_source(const std::string& ref, std::string* text) {
+    if (ref.rfind("repo:", 0) == 0) {
+        *text = kvlm::test::read_file(ref.substr(5));
+        return true;
+    }
+    if (ref.rfind("index:", 0) == 0) {
+        std::string path = kvlm::test::data_path("tokenizers/chat-templates/ollama_template_index.json");
+        if (!kvlm::test::have_data(path)) return false;
+        *text = Json::parse(kvlm::test::read_file(path)).at(std::stoul(ref.substr(6))).at("template");
+        return true;
+    }
+    REQUIRE(ref.rfind("shared:", 0) == 0);
+    std::string path = kvlm::test::data_path(ref.substr(7));
+    if (!kvlm::test::have_data(path)) return false;
+    *text = kvlm::test::read_file(path);
+    return true;
 }
 
 std::vector<ChatMessage> to_messages(const Json& list) {
@@ -42,9 +56,9 @@ const ChatTemplate* load(const std::string& ref) {
     static std::map<std::string, ChatTemplate> cache;
     auto it = cache.find(ref);
     if (it != cache.end()) return &it->second;
-    std::string path = template_path(ref);
-    if (!kvlm::test::have_data(path)) return nullptr;
-    ChatTemplate t = ChatTemplate::parse(kvlm::test::read_file(path));
+    std::string text;
+    if (!template_source(ref, &text)) return nullptr;
+    ChatTemplate t = ChatTemplate::parse(text);
     t.set_now(cases_file().at("now").get<std::time_t>());
     return &cache.emplace(ref, t).first->second;
 }
@@ -81,7 +95,12 @@ TEST_CASE("chat template: renderings equal jinja2's for every reference case") {
     int n_compared = 0;
     for (const auto& c : cases_file().at("cases")) {
         const std::string name = c.at("name").get<std::string>();
-        const ChatTemplate* t = load(c.at("template").get<std::string>());
+        std::optional<ChatTemplate> inline_template;
+        if (c.contains("source")) {
+            inline_template = ChatTemplate::parse(c.at("source").get<std::string>());
+            inline_template->set_now(cases_file().at("now").get<std::time_t>());
+        }
+        const ChatTemplate* t = inline_template ? &*inline_template : load(c.at("template").get<std::string>());
         if (!t) continue;
         INFO("case " << name);
         if (c.contains("expected")) {
@@ -101,7 +120,7 @@ TEST_CASE("chat template: renderings equal jinja2's for every reference case") {
         }
         ++n_compared;
     }
-    if (n_compared > 0) CHECK(n_compared >= 100);
+    if (n_compared > 0) CHECK(n_compared >= 300);
 }
 
 TEST_CASE("chat template: raise_exception becomes kvlm::Error with the template's message") {
@@ -131,9 +150,8 @@ TEST_CASE("chat template: built-in names give the published template texts") {
     for (const auto& [name, ref] : files) {
         INFO(name);
         CHECK(std::find(names.begin(), names.end(), name) != names.end());
-        std::string path = template_path(ref);
-        if (!kvlm::test::have_data(path)) continue;
-        std::string text = kvlm::test::read_file(path);
+        std::string text;
+        if (!template_source(ref, &text)) continue;
         if (!text.empty() && text.back() == '\n') text.pop_back();
         CHECK(ChatTemplate::builtin_source(name) == text);
     }
@@ -215,20 +233,22 @@ TEST_CASE("chat template: limits stop runaway templates quickly") {
         "{{ range(100000000) | length }}",
         "{{ 2 ** 200 }}",
     };
-    for (const char* source : runaway) {
+    for (const std::string source : runaway) {
         INFO("source: " << source);
         auto start = std::chrono::steady_clock::now();
         ChatTemplate t = ChatTemplate::parse(source);
         CHECK(starts_with(error_of([&] { t.render({}, false, "", ""); }), "chat template: "));
-        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+        // Generous for loaded machines and sanitizer builds; without the limits these run for hours.
+        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
     }
     std::string deep_expr = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
     CHECK(error_of([&] { ChatTemplate::parse(deep_expr); }).find("nested too deeply") != std::string::npos);
     std::string deep_blocks;
     for (int k = 0; k < 5000; ++k) deep_blocks += "{% if x %}";
     CHECK(error_of([&] { ChatTemplate::parse(deep_blocks); }).find("nested too deeply") != std::string::npos);
-    std::string deep_not = "{{ " + std::string(5000, ' ').replace(0, 5000, 5000 / 4, ' ') + "}}";
-    for (int k = 0; k < 2000; ++k) deep_not.insert(3, "not ");
+    std::string deep_not = "{{ ";
+    for (int k = 0; k < 2000; ++k) deep_not += "not ";
+    deep_not += "x }}";
     CHECK(error_of([&] { ChatTemplate::parse(deep_not); }).find("nested too deeply") != std::string::npos);
 }
 
@@ -257,9 +277,8 @@ TEST_CASE("chat template: random and mutated input gives errors, never crashes o
     }
     for (const auto& c : cases_file().at("cases")) {
         if (c.at("name").get<std::string>().find("/user/gen=1") == std::string::npos) continue;
-        std::string path = template_path(c.at("template").get<std::string>());
-        if (!kvlm::test::have_data(path)) continue;
-        std::string original = kvlm::test::read_file(path);
+        std::string original;
+        if (!template_source(c.at("template").get<std::string>(), &original)) continue;
         for (int n = 0; n < 150; ++n) {
             std::string source = original;
             for (int k = 0, n_edits = 1 + int(rng() % 4); k < n_edits && !source.empty(); ++k) {
@@ -274,7 +293,7 @@ TEST_CASE("chat template: random and mutated input gives errors, never crashes o
             attempt(source);
         }
     }
-    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
 }
 
 TEST_CASE("chat template: prefix property (append only the new turn) agrees with jinja2") {

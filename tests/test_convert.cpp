@@ -2,16 +2,20 @@
 // models (deterministic, loadable), RoPE layout round trip, and malformed sources refused with clear errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+
+#include <fmt/ranges.h>
 
 #include "convert.h"
 #include "error.h"
 #include "gguf.h"
 #include "model_file.h"
 #include "rope_layout.h"
+#include "safetensors.h"
 #include "test_util.h"
 
 using namespace kvlm;
@@ -158,6 +162,67 @@ TEST_CASE("convert: stories260K from GGUF, llama2.c and HF give identical tensor
     REQUIRE(raw_q != nullptr);
     CHECK(std::memcmp(raw_q->data, g->view(*g->find("blk.0.attn_q.weight")).data, size_t(raw_q->n_bytes)) != 0);
     g->verify();
+}
+
+TEST_CASE("convert: HF directory with bf16 shards, untied lm_head, generation config and chat template") {
+    if (!have_data(stories("hf/model.safetensors")) || !have_data(stories("tok512.bin"))) return;
+    TempDir dir;
+    // Rewrite stories260K's weights as two bf16 shards plus an explicit (different) lm_head.
+    auto st = SafetensorsFile::open(stories("hf/model.safetensors"));
+    std::vector<std::pair<std::string, std::string>> shard_headers(2), shard_data(2);
+    std::string index = R"({"weight_map": {)";
+    auto add = [&](const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values) {
+        int s = name.find("layers.3") != std::string::npos || name.find("layers.4") != std::string::npos ? 1 : 0;
+        std::string& data = shard_data[size_t(s)].second;
+        std::string& header = shard_headers[size_t(s)].second;
+        size_t begin = data.size();
+        for (float v : values) {
+            uint16_t b = f32_to_bf16(v);
+            data.append(reinterpret_cast<const char*>(&b), 2);
+        }
+        header += fmt::format("{}\"{}\": {{\"dtype\": \"BF16\", \"shape\": [{}], \"data_offsets\": [{}, {}]}}",
+                              header.empty() ? "" : ", ", name, fmt::join(shape, ", "), begin, data.size());
+        index += fmt::format("{}\"{}\": \"model-0000{}-of-00002.safetensors\"", index.back() == '{' ? "" : ", ", name,
+                             s + 1);
+    };
+    std::vector<float> embd;
+    for (const SafetensorsTensor& t : st->tensors()) {
+        std::vector<float> v(size_t(t.n_elements()));
+        safetensors_read_f32(t, 0, t.n_elements(), v.data());
+        if (t.name == "model.embed_tokens.weight") embd = v;
+        add(t.name, t.shape, v);
+    }
+    for (float& x : embd) x = -x;
+    add("lm_head.weight", {512, 64}, embd);
+    for (int s = 0; s < 2; s++) {
+        std::string header = "{" + shard_headers[size_t(s)].second + "}";
+        uint64_t n = header.size();
+        write_file(dir.file(fmt::format("model-0000{}-of-00002.safetensors", s + 1)),
+                   std::string(reinterpret_cast<const char*>(&n), 8) + header + shard_data[size_t(s)].second);
+    }
+    write_file(dir.file("model.safetensors.index.json"), index + "}}");
+    std::string config = read_file(stories("hf/config.json"));
+    config.replace(config.find("\"tie_word_embeddings\": true"), 27, "\"tie_word_embeddings\": false");
+    write_file(dir.file("config.json"), config);
+    write_file(dir.file("generation_config.json"), R"({"eos_token_id": [2, 5]})");
+    write_file(dir.file("chat_template.jinja"), "{{ messages }}");
+
+    ConvertSummary s = convert(dir.path(), dir.file("out.kvlm"), stories("tok512.bin"));
+    CHECK(s.dtype == DType::bf16);
+    auto m = ModelFile::open(dir.file("out.kvlm"));
+    m->verify();
+    CHECK(!m->config().tied_embeddings);
+    CHECK(m->metadata().chat_template == "{{ messages }}");
+    const TokenizerData& tok = m->metadata().tokenizer;
+    CHECK(tok.eos_id == 2);
+    CHECK(std::find(tok.stop_ids.begin(), tok.stop_ids.end(), 5) != tok.stop_ids.end());
+    const TensorInfo* out = m->find("output.weight");
+    REQUIRE(out != nullptr);
+    CHECK(out->dtype == DType::bf16);
+    std::vector<float> head = to_f32(m->view(*out));
+    for (size_t i = 0; i < 256; i++) CHECK(head[i] == bf16_to_f32(f32_to_bf16(embd[i])));
+    // Norms stay f32 and equal the (bf16-rounded) source.
+    CHECK(m->find("blk.4.ffn_norm.weight")->dtype == DType::f32);
 }
 
 TEST_CASE("convert: --dtype f16 and bf16 round each matrix value of the f32 conversion") {

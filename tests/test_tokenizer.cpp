@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -339,4 +341,71 @@ TEST_CASE("tokenizer: malformed tokenizer files give errors naming the file") {
     data.token_types = {1, 1};
     data.bos_id = 7;
     CHECK_THROWS_AS(Tokenizer{data}, kvlm::Error);
+}
+
+TEST_CASE("kvlm tokenize: ids and pieces from a converted model") {
+    const std::string gguf_path = data_path("stories260K/stories260K.gguf");
+    if (!have_data(gguf_path)) return;
+    const char* bin = std::getenv("KVLM_BIN");
+    if (!std::filesystem::exists(bin && *bin ? bin : "./kvlm")) {
+        MESSAGE("SKIPPED: kvlm binary not built (set KVLM_BIN)");
+        return;
+    }
+    const std::string model = kvlm::test::converted_model("tokenize-stories260K", {gguf_path});
+    const Tokenizer reference(load_tokenizer_source(gguf_path));
+    const std::string text = "Once upon a time, Lily saw 3 birds.";
+    std::string expected;
+    for (int32_t id : reference.encode(text)) expected += (expected.empty() ? "" : " ") + std::to_string(id);
+
+    auto r = kvlm::test::run_kvlm({"tokenize", model, text});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(r.out == expected + "\n");
+    CHECK(r.out.rfind("1 ", 0) == 0);  // BOS first
+
+    r = kvlm::test::run_kvlm({"tokenize", "--no-bos", model, text});
+    CHECK(r.out.rfind("1 ", 0) != 0);
+
+    r = kvlm::test::run_kvlm({"tokenize", "--pieces", model, "Once upon\n"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out == "1\t<s>\n403\t Once\n407\t upon\n13\t\\n\n");
+
+    r = kvlm::test::run_kvlm({"tokenize", data_path("stories260K/missing.kvlm"), "x"});
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find("missing.kvlm") != std::string::npos);
+}
+
+TEST_CASE("tokenizer: mutated tokenizer files load or throw Error, never crash") {
+    kvlm::test::TempDir dir;
+    uint32_t seed = 12345;
+    auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+    auto load_or_error = [](auto&& load) {
+        try {
+            const TokenizerData data = load();
+            Tokenizer tokenizer(data);
+            tokenizer.encode("Hello world \xF0\x9F\xA6\x99 123");
+        } catch (const kvlm::Error&) {
+        }
+    };
+    const std::string tok512 = data_path("stories260K/tok512.bin");
+    if (have_data(tok512)) {
+        const std::string original = kvlm::test::read_file(tok512);
+        const std::string path = dir.file("tok.bin");
+        for (int i = 0; i < 64; ++i) {
+            std::string mutated = original;
+            for (int k = 0; k < 4; ++k) mutated[next() % mutated.size()] = static_cast<char>(next());
+            kvlm::test::write_file(path, mutated);
+            load_or_error([&] { return tokenizer_from_llama2c(path, 0); });
+        }
+    }
+    const std::string llama2 = data_path("tokenizers/llama2/tokenizer.model");
+    if (have_data(llama2)) {
+        const std::string original = kvlm::test::read_file(llama2);
+        const std::string path = dir.file("sp.model");
+        for (int i = 0; i < 16; ++i) {
+            std::string mutated = original;
+            for (int k = 0; k < 3; ++k) mutated[next() % 4096] = static_cast<char>(next());  // piece headers
+            kvlm::test::write_file(path, mutated);
+            load_or_error([&] { return tokenizer_from_sentencepiece(path); });
+        }
+    }
 }

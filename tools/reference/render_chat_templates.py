@@ -67,9 +67,56 @@ CONVERSATIONS = {
     ],
 }
 
+# The 37 templates of ollama's index get fewer conversations to keep the expected file small.
+INDEX_CONVERSATIONS = ["user", "system_multi_turn", "awkward_content"]
+
 PREFIX_CONVERSATIONS = [
     CONVERSATIONS["system_multi_turn"] + [{"role": "assistant", "content": "Green."}],
     CONVERSATIONS["multi_turn"] + [{"role": "assistant", "content": "No."}],
+]
+
+# Small inline templates probing single features (scoping, filters, literals, whitespace control),
+# rendered with CONVERSATIONS["ends_with_assistant"].
+SNIPPETS = [
+ "{% set x = 'outer' %}{% for i in [1,2] %}{{ x }}{% set x = i %}{{ x }}{% endfor %}{{ x }}",
+ "{% for i in [1,2] %}{% if i == 2 %}{{ y }}{% endif %}{% set y = i %}{% endfor %}",
+ "{{ messages[0]['content'] | upper }} {{ messages | last | attr('role') if false else (messages|last).role }}",
+ "{{ 'a' if true }}{{ 'b' if false }}|{{ [1,2,3] | join }}|{{ [1,[2,3]] }}|{{ {'a': 'b'} }}|{{ 1.5e3 }}|{{ 1e20 }}|{{ 0.1 + 0.2 }}",
+ "{{ 'abc' ~ 1.0 }} {{ true ~ none }} {{ -0.0 }} {{ 10 // 3.0 }} {{ 2 ** -1 }} {{ 7 % -3 }}",
+ "{%- for m in messages -%}\n  {{ loop.index }}{{ loop.revindex }}{{ loop.previtem.role if loop.previtem is defined else '-' }}\n{% endfor %}",
+ "  {%- if true %}  x  {% endif -%}  \n  y\n  {% if true %}\n    z\n  {% endif %}\n",
+ "{{ \"multi\nline\" }}{# c #}\n{#- c2 -#}\n  end",
+ "{{ messages | map(attribute='content') | map('upper') | join('/') }}",
+ "{{ messages | selectattr('role', 'in', ['user', 'system']) | map(attribute='role') | list }}",
+ "{{ 'x' in messages[0].content }} {{ messages[0] is mapping }} {{ messages is iterable }} {{ 5 is odd }}",
+ "{% macro m(a, b=2) %}{{ a }}-{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, b=3) }}{{ m(a=4) }}",
+ "{{ '  a b  '.split(' ') }} {{ 'a-b-c'.split('-', 1) }} {{ 'abc'.replace('b', 'X') }} {{ 'Hi'.lower() }}{{ 'x'.upper() }}",
+ "{{ messages[1:][0].role }} {{ messages[:-1] | length }} {{ messages[::2] | length }} {{ 'hello'[1:3] }}",
+ "{{ (messages | length) > 1 and 'many' or 'few' }} {{ not messages }} {{ messages|length is even }}",
+ "{% if messages[0].content is string and messages[0].content|length > 0 %}ok{% endif %}",
+ "{{ {'b': 1, 'a': [1, 2]} | tojson }} {{ 'é\"\\\\' | tojson }} {{ [] | tojson(indent=2) }}",
+ "{{ range(3) | list }} {{ range(1, 10, 3) | list }} {{ range(3, 0, -1) | list }}",
+ "{% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}",
+ "{{ '%s' }} {{ \"it's\" }} {{ 'a\\tb' }} {{ '\\x41\\u00e9' }}",
+ "{% set ns = namespace(found=false) %}{% for m in messages %}{% if m.role == 'system' %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.found }}",
+ "{{ messages[0].get('role') }} {{ messages[0].get('nope', 'dflt') }} {{ messages[0].keys() | list }}",
+ "{{ none | string }} {{ 3 | string }} {{ '3' | int + 1 }} {{ 'x' | int }} {{ 2.7 | int }} {{ '2.5' | float }}",
+ "{{ 'The quick' | wordcount if false else 'ok' }} {{ 'abc' | first }}{{ 'abc' | last }} {{ [3,1] | max if false else 1 }}",
+ "{{ messages | rejectattr('role', 'equalto', 'user') | list | length }} {{ [0, 1, '', 'a'] | select | list }}",
+ "{{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' != 'b' }} {{ [1] == [1] }} {{ none == none }} {{ undefined == undefined }}",
+ "{{ 'abc'.startswith(('x', 'a')) }} {{ 'abc'.endswith('c') }} {{ '  x'.lstrip() }}|{{ 'x  '.rstrip() }}|",
+ "{{ x.y if x is defined else 'undef' }} {{ messages[5] is defined }} {{ messages[0].nothing is defined }}",
+ "{% for m in messages %}{% if loop.first %}[{% endif %}{{ m.role[0] }}{% if not loop.last %},{% else %}]{% endif %}{% endfor %}",
+ "{%- set sys = messages[0].content if messages[0].role == 'system' else '' -%}\n{{- sys | trim }}|",
+ "{{ 'a' * 3 }}{{ [1] * 2 }}{{ 3 - 5 }}{{ 1 + 2 * 3 }}{{ (1 + 2) * 3 }}{{ 2 ** 3 ** 2 }}{{ -2 ** 2 }}",
+ "{{ 'abc' | capitalize }} {{ 'hELLO wORLD' | capitalize }} {{ 'hello-world foo_bar' | title }}",
+ "{% for i in range(3) %}{% for j in range(2) %}{{ loop.index }}{% endfor %}{{ loop.index }};{% endfor %}",
+ "{{ messages[0]['content'][:5] }}{{ messages[-1]['content'][-3:] }}",
+]
+SNIPPETS += [  # runtime errors in jinja2 too
+ "{{ nothing.attr }}",
+ "{{ messages[0].content + 1 }}",
+ "{{ messages[9]['role'] }}",
 ]
 
 WEATHER_TOOL = {
@@ -138,8 +185,14 @@ def make_env():
     return env
 
 
+INDEX_FILE = "tokenizers/chat-templates/ollama_template_index.json"
+
+
 def read_template(ref, data_dir):
     kind, path = ref.split(":", 1)
+    if kind == "index":  # entry N of ollama's list of real Hugging Face templates
+        with open(os.path.join(data_dir, INDEX_FILE), encoding="utf-8") as f:
+            return json.load(f)[int(path)]["template"]
     full = os.path.join(data_dir if kind == "shared" else ".", path)
     with open(full, encoding="utf-8") as f:
         return f.read()
@@ -151,8 +204,10 @@ def render(template, context):
         return {"expected": template.render(**{"tools": None, "documents": None, **context})}
     except jinja2.exceptions.UndefinedError as e:
         return {"error": str(e), "raised": False}
-    except jinja2.exceptions.TemplateError as e:
+    except jinja2.exceptions.TemplateError as e:  # raise_exception
         return {"error": str(e), "raised": True}
+    except (TypeError, ValueError) as e:  # e.g. 'a' + 1
+        return {"error": f"{type(e).__name__}: {e}", "raised": False}
 
 
 def main():
@@ -162,10 +217,16 @@ def main():
     args = parser.parse_args()
     env = make_env()
     cases, prefix = [], {}
-    for name, ref in TEMPLATES.items():
+    templates = dict(TEMPLATES)
+    with open(os.path.join(args.data, INDEX_FILE), encoding="utf-8") as f:
+        for i, entry in enumerate(json.load(f)):
+            templates[f"index{i}-{entry['name']}"] = f"index:{i}"
+    for name, ref in templates.items():
         template = env.from_string(read_template(ref, args.data))
         bos, eos = TOKENS.get(name, ("<s>", "</s>"))
-        for conv_name, messages in CONVERSATIONS.items():
+        conversations = CONVERSATIONS if ref.startswith(("shared:", "repo:")) else INDEX_CONVERSATIONS
+        for conv_name in conversations:
+            messages = CONVERSATIONS[conv_name]
             for gen in (False, True):
                 context = {"messages": messages, "add_generation_prompt": gen, "bos_token": bos, "eos_token": eos}
                 case = {"name": f"{name}/{conv_name}/gen={int(gen)}", "template": ref, "api": "render",
@@ -181,12 +242,20 @@ def main():
                 cases.append(case)
         if name != "features":
             prefix[ref] = prefix_properties(template)
+    for i, source in enumerate(SNIPPETS):
+        context = {"messages": CONVERSATIONS["ends_with_assistant"], "add_generation_prompt": True,
+                   "bos_token": "<s>", "eos_token": "</s>"}
+        case = {"name": f"snippet{i}", "template": "inline", "source": source, "api": "render", "context": context}
+        case.update(render(env.from_string(source), context))
+        cases.append(case)
     out = {"generator": "tools/reference/render_chat_templates.py", "jinja2": jinja2.__version__, "now": NOW,
            "cases": cases,
            "prefix_conversations": PREFIX_CONVERSATIONS, "prefix_property": prefix}
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    with open(args.out, "w", encoding="utf-8") as f:  # one case per line: readable diffs, small file
+        head = {k: v for k, v in out.items() if k != "cases"}
+        f.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "cases": [\n')
+        f.write(",\n".join(json.dumps(c, ensure_ascii=False) for c in cases))
+        f.write("\n]}\n")
     print(f"wrote {len(cases)} cases to {args.out}")
     for ref, p in prefix.items():
         print(f"  {ref}: {p}")
