@@ -169,10 +169,21 @@ TokenizerData load_tokenizer_source(const std::string& path, int32_t n_vocab_hin
     if (fs::is_directory(path, ec)) {
         const auto in_dir = [&](const char* name) { return (fs::path(path) / name).string(); };
         const std::string config = file_exists(in_dir("tokenizer_config.json")) ? in_dir("tokenizer_config.json") : "";
+        // A SentencePiece model is read exactly (scores included), so it is preferred over the tokenizer.json
+        // that HF derives from it; added tokens and bos/eos settings still come from tokenizer_config.json.
+        const std::string model = in_dir("tokenizer.model");
+        if (file_exists(model) && !looks_like_tiktoken(model)) {
+            TokenizerData data = tokenizer_from_sentencepiece(model);
+            if (!config.empty()) {
+                apply_tokenizer_config(data, config);
+                finish(data, config);
+            }
+            return data;
+        }
         if (file_exists(in_dir("tokenizer.json"))) return tokenizer_from_hf_json(in_dir("tokenizer.json"), config);
         if (file_exists(in_dir("vocab.json")) && file_exists(in_dir("merges.txt")))
             return tokenizer_from_vocab_merges(in_dir("vocab.json"), in_dir("merges.txt"));
-        if (file_exists(in_dir("tokenizer.model"))) return load_tokenizer_source(in_dir("tokenizer.model"));
+        if (file_exists(model)) return load_tokenizer_source(model);
         if (file_exists(in_dir("tokenizer.bin"))) return tokenizer_from_llama2c(in_dir("tokenizer.bin"), n_vocab_hint);
         throw_error("{}: no tokenizer found, expected tokenizer.json, vocab.json + merges.txt, tokenizer.model or "
                     "tokenizer.bin in this directory", path);

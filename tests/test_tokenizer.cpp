@@ -409,3 +409,31 @@ TEST_CASE("tokenizer: mutated tokenizer files load or throw Error, never crash")
         }
     }
 }
+
+TEST_CASE("tokenizer: SentencePiece-style tokenizer.json (byte fallback, Prepend normalizer)") {
+    kvlm::test::TempDir dir;
+    const std::string path = dir.file("tokenizer.json");
+    kvlm::test::write_file(path, R"({
+      "added_tokens": [{"id": 1, "content": "<s>", "special": true}, {"id": 2, "content": "</s>", "special": true}],
+      "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+                     {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+      "pre_tokenizer": null,
+      "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                         {"Sequence": {"id": "A", "type_id": 0}}]},
+      "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}]},
+      "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
+                "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "▁": 3, "a": 4, "b": 5, "▁a": 6, "ab": 7, "▁ab": 8,
+                          "<0x0A>": 9},
+                "merges": ["▁ a", ["a", "b"], "▁a b"]}
+    })");
+    const TokenizerData data = tokenizer_from_hf_json(path, "");
+    CHECK(data.type == "spm");
+    CHECK(data.add_space_prefix);
+    CHECK(data.add_bos);
+    CHECK(data.bos_id == 1);
+    const Tokenizer tokenizer(data);
+    CHECK(tokenizer.encode("ab") == std::vector<int32_t>{1, 8});
+    CHECK(tokenizer.encode("ab\n", false) == std::vector<int32_t>{8, 9});  // byte fallback
+    CHECK(tokenizer.encode("ba", false) == std::vector<int32_t>{3, 5, 4});
+    CHECK(tokenizer.decode(tokenizer.encode("ab ab\n")) == "ab ab\n");
+}
