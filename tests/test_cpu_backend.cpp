@@ -206,7 +206,7 @@ TEST_CASE("cpu_backend: bit-identical logits for any batching, block size, block
         const std::vector<float> base = run_tokens(*m, tokens, RunSpec{});
 
         RunSpec last_decoded;  // prefill(n-1) + decode(1)
-        last_decoded.splits = {n - 1, 1};
+        last_decoded.splits = std::vector<int32_t>{n - 1, 1};
         CHECK(same_bits(base, run_tokens(*m, tokens, last_decoded)));
 
         RunSpec one_by_one;
@@ -214,7 +214,7 @@ TEST_CASE("cpu_backend: bit-identical logits for any batching, block size, block
         CHECK(same_bits(base, run_tokens(*m, tokens, one_by_one)));
 
         RunSpec uneven;
-        uneven.splits = {7, 1, 16, 3, 13};
+        uneven.splits = std::vector<int32_t>{7, 1, 16, 3, 13};
         CHECK(same_bits(base, run_tokens(*m, tokens, uneven)));
 
         for (int32_t block_size : {1, 64}) {
@@ -226,13 +226,13 @@ TEST_CASE("cpu_backend: bit-identical logits for any batching, block size, block
         RunSpec shuffled;
         shuffled.block_size = 4;
         shuffled.shuffle_blocks = true;
-        shuffled.splits = {11, 1, 28};
+        shuffled.splits = std::vector<int32_t>{11, 1, 28};
         CHECK(same_bits(base, run_tokens(*m, tokens, shuffled)));
 
         for (int32_t n_threads : {2, 3}) {
             RunSpec spec;
             spec.n_threads = n_threads;
-            spec.splits = {30, 1, 9};
+            spec.splits = std::vector<int32_t>{30, 1, 9};
             CAPTURE(n_threads);
             CHECK(same_bits(base, run_tokens(*m, tokens, spec)));
         }
@@ -251,7 +251,7 @@ TEST_CASE("cpu_backend: f16/bf16 KV caches are deterministic and close to f32") 
         CAPTURE(dtype_name(kv_dtype));
         RunSpec batch, split;
         batch.kv_dtype = split.kv_dtype = kv_dtype;
-        split.splits = {10, 1, 1, 12};
+        split.splits = std::vector<int32_t>{10, 1, 1, 12};
         split.block_size = 3;
         split.shuffle_blocks = true;
         std::vector<float> a = run_tokens(*m, tokens, batch), b = run_tokens(*m, tokens, split);
@@ -268,7 +268,7 @@ TEST_CASE("cpu_backend: prompts longer than one batch go through in chunks with 
     const int32_t n = kCpuMaxBatch + 77;
     std::vector<int32_t> tokens = random_tokens(n, m->config.n_vocab, 13);
     RunSpec whole, pieces;
-    pieces.splits = {200, 1, n - 201};
+    pieces.splits = std::vector<int32_t>{200, 1, n - 201};
     std::vector<float> a = run_tokens(*m, tokens, whole), b = run_tokens(*m, tokens, pieces);
     CHECK(same_bits(a, b));
     // The last-token-only path gives the same last row.
@@ -295,13 +295,13 @@ TEST_CASE("cpu_backend: KV blocks read, written and copied elsewhere continue th
     CHECK(a->kv_block_bytes() == size_t(2 * 2 * 8 * 2 * 16) * sizeof(float));
 
     BlockTable table_a;
-    table_a.blocks = {0, 1, 2, 3};
+    table_a.blocks = std::vector<int32_t>{0, 1, 2, 3};
     std::vector<float> logits(static_cast<size_t>(n_vocab)), expected(logits.size()), got(logits.size());
     a->forward(tokens.data(), 29, 0, table_a, logits.data());
 
     // Save blocks 0..3 of backend a, restore them into blocks 12, 9, 15, 10 of backend b.
     BlockTable table_b;
-    table_b.blocks = {12, 9, 15, 10};
+    table_b.blocks = std::vector<int32_t>{12, 9, 15, 10};
     std::vector<uint8_t> record(a->kv_block_bytes());
     for (size_t i = 0; i < 4; i++) {
         a->read_kv_block(table_a.blocks[i], record.data());
@@ -309,7 +309,7 @@ TEST_CASE("cpu_backend: KV blocks read, written and copied elsewhere continue th
     }
     // Copy within backend a to blocks 7, 5, 6, 4.
     BlockTable table_copy;
-    table_copy.blocks = {7, 5, 6, 4};
+    table_copy.blocks = std::vector<int32_t>{7, 5, 6, 4};
     for (size_t i = 0; i < 4; i++) a->copy_kv_block(table_a.blocks[i], table_copy.blocks[i]);
 
     a->forward(&tokens[29], 1, 29, table_a, expected.data());
@@ -320,7 +320,7 @@ TEST_CASE("cpu_backend: KV blocks read, written and copied elsewhere continue th
 
     // A different history gives different logits (the restored cache is really what is read).
     BlockTable fresh;
-    fresh.blocks = {11, 13, 14, 8};
+    fresh.blocks = std::vector<int32_t>{11, 13, 14, 8};
     b->forward(&tokens[29], 1, 29, fresh, got.data());
     CHECK(std::memcmp(expected.data(), got.data(), got.size() * sizeof(float)) != 0);
 
@@ -337,14 +337,14 @@ TEST_CASE("cpu_backend: bad forward arguments throw Error") {
     auto backend = make_cpu_backend(m->config, m->weights, options);
     std::vector<float> logits(size_t(m->config.n_vocab));
     BlockTable table;
-    table.blocks = {0, 1};
+    table.blocks = std::vector<int32_t>{0, 1};
     int32_t tokens[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     CHECK_THROWS_WITH_AS(backend->forward(tokens, 9, 0, table, logits.data()), doctest::Contains("block table holds 8"),
                          Error);
     int32_t bad_token = m->config.n_vocab;
     CHECK_THROWS_WITH_AS(backend->forward(&bad_token, 1, 0, table, logits.data()), doctest::Contains("out of range"),
                          Error);
-    table.blocks = {0, 4};
+    table.blocks = std::vector<int32_t>{0, 4};
     CHECK_THROWS_AS(backend->forward(tokens, 6, 0, table, logits.data()), Error);
     CHECK_THROWS_AS(backend->forward(tokens, 0, 0, table, logits.data()), Error);
 
@@ -365,7 +365,7 @@ TEST_CASE("cpu_backend: a model written to .kvlm and opened gives the same logit
     auto backend = make_cpu_backend(*file, options);
     CHECK(backend->config().n_layers == m->config.n_layers);
     BlockTable table;
-    table.blocks = {0};
+    table.blocks = std::vector<int32_t>{0};
     std::vector<float> logits(tokens.size() * size_t(m->config.n_vocab));
     backend->forward(tokens.data(), int32_t(tokens.size()), 0, table, logits.data(), true);
     CHECK(same_bits(logits, run_tokens(*m, tokens, RunSpec{})));

@@ -117,7 +117,7 @@ TEST_CASE("kv_pool: release_table frees unshared blocks and keeps shared ones") 
     reserve_tokens(pool, a, 6);  // 3 blocks
     a.n_tokens = 6;
     // b shares a's first two blocks (a prefix), then grows on its own.
-    b.blocks = {a.blocks[0], a.blocks[1]};
+    b.blocks = std::vector<int32_t>{a.blocks[0], a.blocks[1]};
     pool.retain(a.blocks[0]);
     pool.retain(a.blocks[1]);
     reserve_tokens(pool, b, 6);
