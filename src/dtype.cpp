@@ -86,35 +86,44 @@ uint16_t f32_to_f16(float f) {
     return uint16_t(sign | (exponent << 10) | mantissa);
 }
 
+// Sources may be unaligned (safetensors and GGUF data start at arbitrary offsets): load through memcpy.
 void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
+    const auto* bytes = static_cast<const uint8_t*>(src);
     switch (from) {
         case DType::f32: std::memcpy(dst, src, n * 4); return;
-        case DType::f16: {
-            auto* s = static_cast<const uint16_t*>(src);
-            for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(s[i]);
+        case DType::f16:
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h;
+                std::memcpy(&h, bytes + 2 * i, 2);
+                dst[i] = f16_to_f32(h);
+            }
             return;
-        }
-        case DType::bf16: {
-            auto* s = static_cast<const uint16_t*>(src);
-            for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+        case DType::bf16:
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h;
+                std::memcpy(&h, bytes + 2 * i, 2);
+                dst[i] = bf16_to_f32(h);
+            }
             return;
-        }
     }
 }
 
 void convert_from_f32(DType to, const float* src, void* dst, size_t n) {
+    auto* bytes = static_cast<uint8_t*>(dst);
     switch (to) {
         case DType::f32: std::memcpy(dst, src, n * 4); return;
-        case DType::f16: {
-            auto* d = static_cast<uint16_t*>(dst);
-            for (size_t i = 0; i < n; i++) d[i] = f32_to_f16(src[i]);
+        case DType::f16:
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h = f32_to_f16(src[i]);
+                std::memcpy(bytes + 2 * i, &h, 2);
+            }
             return;
-        }
-        case DType::bf16: {
-            auto* d = static_cast<uint16_t*>(dst);
-            for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+        case DType::bf16:
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h = f32_to_bf16(src[i]);
+                std::memcpy(bytes + 2 * i, &h, 2);
+            }
             return;
-        }
     }
 }
 
