@@ -25,8 +25,9 @@ TEST_CPP := $(wildcard tests/*.cpp)
 
 ifeq ($(CUDA),1)
   CPPFLAGS += -DKVLM_CUDA=1
-  NVCCFLAGS ?= -O3 -std=c++17 $(CUARCH) -Isrc -Xcompiler -Wall,-Wno-unused-parameter
+  NVCCFLAGS ?= -O3 -std=c++17 $(CUARCH) -Isrc -MMD -MP -Xcompiler -Wall,-Wno-unused-parameter
   CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(CUDA_HOST_SRC:%.cpp=$(BUILD)/%.o)
+  # cudart is static; cuBLAS is dlopen'ed at run time (cuda/cublas_loader.cpp), hence -ldl and no -lcublas.
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 else
   CUDA_OBJ :=
@@ -36,7 +37,7 @@ LIB_OBJ  := $(SRC_CPP:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 TEST_OBJ := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/kvlm_tests
 
-.PHONY: all test debug clean models bench format deps
+.PHONY: all test debug clean models bench format deps carry
 all: $(BIN)
 
 $(BIN): $(BUILD)/main.o $(LIB_OBJ)
@@ -65,6 +66,10 @@ test: $(BIN) $(TEST_BIN)
 debug:
 	$(MAKE) test BUILD=build/debug BIN=build/debug/kvlm CUDA=0 \
 	  CXXFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+
+# Portable CUDA binaries (kvlm, kvlm_tests) plus test data in .carry/ for a lent GPU machine: docs/CUDA.md.
+carry:
+	bash tools/build_for_device.sh
 
 deps:
 	bash tools/install_deps.sh

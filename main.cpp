@@ -72,7 +72,33 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--system", run.system, "System prompt (with --chat)");
     run_cmd->add_flag("-v,--verbose", run.verbose, "Print timings and KV-cache stats on stderr");
     run_cmd->add_flag("-q,--quiet", run.quiet, "Print nothing on stderr but errors");
+    run_cmd->add_option("--samples", run.n_samples,
+                        "Completions of the same prompt, prefilled once (sample i seeded seed+i-1)")
+        ->capture_default_str();
     add_sampling_flags(run_cmd, run.sampling, &run_seed_given);
+    run_cmd->add_option("--session", run.session, "Continue session NAME (restore its KV), then save it");
+    run_cmd->add_option("--session-dir", run.session_dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
+    run_cmd->add_option("--session-quota", run.session_quota, "Session store size cap, LRU-evicted (default 4GiB)");
+
+    SessionOptions session;
+    auto* session_cmd = app.add_subcommand("session", "Manage saved sessions: ls, show, rm, verify, gc, pin, unpin");
+    session_cmd->require_subcommand(1);
+    session_cmd->add_option("--session-dir", session.dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
+    for (auto [action, help] : {std::pair<const char*, const char*>{"ls", "List sessions"},
+                                {"show", "Show a session's settings and transcript"},
+                                {"rm", "Delete a session and its unshared blocks"},
+                                {"verify", "Check every checksum (one session or all)"},
+                                {"gc", "Delete unreferenced blocks; with --quota, evict LRU blocks to fit"},
+                                {"pin", "Protect a session's blocks from quota eviction"},
+                                {"unpin", "Undo pin"}}) {
+        std::string name = action;
+        auto* cmd = session_cmd->add_subcommand(name, help);
+        cmd->callback([&session, name] { session.action = name; });
+        cmd->add_option("--session-dir", session.dir, "Session store");
+        if (name != "ls" && name != "gc") cmd->add_option("name", session.name, "Session name");
+        if (name == "show") cmd->add_option("-m,--model", session.model_path, "Model, to decode the text");
+        if (name == "gc") cmd->add_option("--quota", session.quota, "Evict LRU blocks until the store fits");
+    }
 
     try {
         app.parse(argc, argv);
@@ -88,6 +114,7 @@ int main(int argc, char** argv) {
             if (!run_seed_given) run.sampling.seed = std::random_device{}();
             return cmd_run(run);
         }
+        if (*session_cmd) return cmd_session(session);
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "error: %s\n", e.what());

@@ -2,11 +2,17 @@
 // and calls the matching cmd_* function; each returns the process exit code and throws Error on bad input.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "sampler.h"
 
 namespace kvlm {
+
+class Engine;
+struct GenerationResult;
+using TextCallback = std::function<void(const std::string& text)>;
 
 struct InspectOptions {
     std::string model_path;
@@ -51,8 +57,27 @@ struct RunOptions {
     bool verbose = false;
     bool quiet = false;
     SamplingParams sampling;
+    int32_t n_samples = 1;       // completions sharing the prompt's KV; sample i (0-based) is seeded seed + i
+    std::string session;         // --session NAME: continue and save this session (docs/SESSIONS.md)
+    std::string session_dir;     // "" = $KVLM_SESSION_DIR, $XDG_CACHE_HOME/kvlm or ~/.cache/kvlm
+    std::string session_quota;   // store size cap ("4GiB"); "" = kDefaultSessionQuota
 };
 int cmd_run(const RunOptions& options);
+
+// The --session part of `kvlm run` (cli_session.cpp): locks the session, restores its transcript and K/V,
+// prefills the tokens not in KV plus `prompt` (a continuation appends it without BOS; a new session uses
+// fresh_prompt_ids), generates streaming to on_text, saves. Telemetry (n_restored, ...) in the result.
+GenerationResult run_session_turn(Engine& engine, const RunOptions& options, const std::string& prompt,
+                                  const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text);
+
+struct SessionOptions {
+    std::string action;          // ls | show | rm | verify | gc | pin | unpin
+    std::string name;            // session name (required by show, rm, pin, unpin; optional for verify)
+    std::string dir;             // --session-dir; "" = the default store
+    std::string quota;           // gc --quota SIZE: also evict LRU blocks until the store fits
+    std::string model_path;      // show -m MODEL: decode the transcript to text
+};
+int cmd_session(const SessionOptions& options);
 
 // "512MiB", "4GiB", "1000000" (bytes) -> bytes; throws Error naming the flag on bad input.
 uint64_t parse_byte_size(const std::string& text, const char* flag_name);

@@ -55,12 +55,81 @@ std::vector<int32_t> tokenize_prompt(const Engine& engine, const RunOptions& opt
     return tokenizer.encode(prompt, /*add_bos=*/true, /*parse_special=*/true);
 }
 
+// Stats of one completion on stderr (--verbose). `label` is "" for a single run, "sample i: " otherwise.
+void print_stats(const Engine& engine, const GenerationResult& result, const std::string& label,
+                 double setup_seconds) {
+    int32_t n_generated = int32_t(result.generated.size());
+    double decode_rate = result.decode_seconds > 0 ? (n_generated - 1) / result.decode_seconds : 0;
+    std::fprintf(stderr,
+                 "kvlm: %sload %.3f s | prompt %d tokens: %d reused from the pool, %d restored from disk, %d "
+                 "prefilled in %.3f s (%.1f tok/s) | generated %d tokens, decode %.1f tok/s | start to first token "
+                 "%.3f s | stop: %s\n",
+                 label.c_str(), engine.load_seconds(), result.n_prompt, result.n_reused, result.n_restored,
+                 result.n_prefilled, result.prefill_seconds,
+                 result.prefill_seconds > 0 ? result.n_prefilled / result.prefill_seconds : 0.0, n_generated,
+                 decode_rate, setup_seconds + result.first_token_seconds, result.stop_reason.c_str());
+}
+
+void print_pool_stats(Engine& engine, uint64_t logits_hash) {
+    PrefixCacheStats cache = engine.prefix_cache().stats();
+    std::fprintf(stderr,
+                 "kvlm: KV blocks used %d of %d (block size %d) | prefix cache %d blocks, %lld hits, %lld evictions | "
+                 "logits hash %016llx\n",
+                 engine.pool().n_used(), engine.pool().n_blocks(), engine.pool().block_size(), cache.n_indexed,
+                 (long long)cache.n_hit_blocks, (long long)cache.n_evictions, (unsigned long long)logits_hash);
+}
+
+// The prompt is prefilled once; each of the options.n_samples completions decodes on a fork of it (the
+// last one on the prompt sequence itself), with its own sampler seeded seed + i. On stdout, completion i
+// (1-based, i >= 2) is preceded by the delimiter "\n--- sample i ---\n".
+void run_samples(Engine& engine, const RunOptions& options, const std::vector<int32_t>& prompt_ids,
+                 double setup_seconds) {
+    PrefixCache& cache = engine.prefix_cache();
+    Sequence prompt_seq;
+    Prefill prompt = prefill(engine, prompt_seq, prompt_ids);
+    bool wrote_newline_last = true;
+    auto write_text = [&](const std::string& text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        wrote_newline_last = text.back() == '\n';
+    };
+    for (int32_t i = 0; i < options.n_samples; i++) {
+        if (i > 0) write_text(fmt::format("\n--- sample {} ---\n", i + 1));
+        bool last = i + 1 == options.n_samples;
+        Sequence seq = last ? std::move(prompt_seq) : cache.fork(prompt_seq);
+        SamplingParams params = options.sampling;
+        params.seed += uint64_t(i);
+        Sampler sampler(params);
+        GenerationResult result = decode(engine, seq, prompt.logits, options.n_predict, sampler, write_text);
+        result.n_prompt = prompt.n_prompt;
+        result.n_reused = i == 0 ? prompt.n_reused : prompt.n_prompt;  // later samples share the prefilled prompt
+        result.n_prefilled = i == 0 ? prompt.n_prefilled : 0;
+        result.prefill_seconds = i == 0 ? prompt.seconds : 0;
+        result.first_token_seconds += result.prefill_seconds;
+
+        int32_t n_generated = int32_t(result.generated.size());
+        std::string label = options.n_samples > 1 ? fmt::format("sample {}: ", i + 1) : "";
+        if (!options.quiet && (result.stop_reason == "context full" || result.stop_reason == "KV cache full"))
+            std::fprintf(stderr,
+                         "kvlm: %sstopped after %d tokens: %s (context %d tokens; raise it with -c or --kv-mem)\n",
+                         label.c_str(), n_generated, result.stop_reason.c_str(), engine.n_ctx());
+        if (options.verbose) {
+            print_stats(engine, result, label, setup_seconds);
+            print_pool_stats(engine, result.logits_hash);
+        }
+        cache.release(seq);
+    }
+    if (!wrote_newline_last && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
+    std::fflush(stdout);
+}
+
 }  // namespace
 
 int cmd_run(const RunOptions& options) {
     auto command_start = std::chrono::steady_clock::now();
     if (options.n_predict < -1) throw_error("-n: {} is not valid (use -1 for no limit)", options.n_predict);
     if (options.verbose && options.quiet) throw_error("--verbose and --quiet cannot be combined");
+    if (options.n_samples < 1) throw_error("--samples: {} is not valid (need at least 1)", options.n_samples);
     std::string prompt = read_prompt(options);
 
     EngineOptions engine_options;
@@ -69,41 +138,28 @@ int cmd_run(const RunOptions& options) {
     engine_options.n_ctx = options.n_ctx;
     engine_options.block_size = options.block_size;
     engine_options.kv_mem_bytes = options.kv_mem.empty() ? 0 : parse_byte_size(options.kv_mem, "--kv-mem");
+    // A fork writing past the prompt copies the prompt's shared last block: one block beyond the context.
+    engine_options.n_spare_blocks = options.n_samples > 1 ? 1 : 0;
     engine_options.quiet = options.quiet;
     Engine engine(options.model_path, engine_options);
 
     std::vector<int32_t> prompt_ids = tokenize_prompt(engine, options, prompt);
-    Sampler sampler(options.sampling);
-    BlockTable table;
-    std::vector<int32_t> history;
-    bool wrote_newline_last = true;
     double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
-    GenerationResult result = generate(engine, table, history, prompt_ids, options.n_predict, sampler,
-                                       [&](const std::string& text) {
-                                           std::fwrite(text.data(), 1, text.size(), stdout);
-                                           std::fflush(stdout);
-                                           wrote_newline_last = text.back() == '\n';
-                                       });
-    if (!wrote_newline_last && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
-    std::fflush(stdout);
-
-    int32_t n_generated = int32_t(result.generated.size());
-    if (!options.quiet && (result.stop_reason == "context full" || result.stop_reason == "KV cache full"))
-        std::fprintf(stderr, "kvlm: stopped after %d tokens: %s (context %d tokens; raise it with -c or --kv-mem)\n",
-                     n_generated, result.stop_reason.c_str(), engine.n_ctx());
-    if (options.verbose) {
-        double decode_rate = result.decode_seconds > 0 ? (n_generated - 1) / result.decode_seconds : 0;
-        std::fprintf(stderr,
-                     "kvlm: load %.3f s | prompt %d tokens, prefill %.3f s (%.1f tok/s) | generated %d tokens, "
-                     "decode %.1f tok/s | start to first token %.3f s | stop: %s\n",
-                     engine.load_seconds(), result.n_prompt, result.prefill_seconds,
-                     result.prefill_seconds > 0 ? result.n_prompt / result.prefill_seconds : 0.0, n_generated,
-                     decode_rate, setup_seconds + result.first_token_seconds, result.stop_reason.c_str());
-        std::fprintf(stderr, "kvlm: KV blocks used %d of %d (block size %d) | logits hash %016llx\n",
-                     engine.pool().n_used(), engine.pool().n_blocks(), engine.pool().block_size(),
-                     (unsigned long long)result.logits_hash);
+    if (!options.session.empty()) {  // restore, generate, save: cli_session.cpp
+        bool newline_last = true;
+        GenerationResult result = run_session_turn(engine, options, prompt, prompt_ids, [&](const std::string& text) {
+            std::fwrite(text.data(), 1, text.size(), stdout);
+            std::fflush(stdout);
+            newline_last = text.back() == '\n';
+        });
+        if (!newline_last && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
+        if (options.verbose) {
+            print_stats(engine, result, "", setup_seconds);
+            print_pool_stats(engine, result.logits_hash);
+        }
+        return 0;
     }
-    release_table(engine.pool(), table);
+    run_samples(engine, options, prompt_ids, setup_seconds);
     return 0;
 }
 

@@ -1,4 +1,5 @@
-// Engine set-up: model, tokenizer, backend choice (never a silent CPU fallback) and KV pool sizing.
+// Engine set-up: model, tokenizer, backend choice (never a silent CPU fallback), KV pool sizing and the
+// prefix cache over the pool.
 #include "engine.h"
 
 #include <chrono>
@@ -56,13 +57,17 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
                         block_bytes, options.block_size);
         backend_options.n_kv_blocks = int32_t(std::min<uint64_t>(n_blocks, uint64_t(1) << 30));
     } else {
-        backend_options.n_kv_blocks = int32_t(blocks_for_ctx);
+        if (options.n_spare_blocks < 0) throw_error("n_spare_blocks = {} must not be negative", options.n_spare_blocks);
+        backend_options.n_kv_blocks = int32_t(blocks_for_ctx + options.n_spare_blocks);
     }
 
     std::string why;
     backend_ = choose_backend(*model_, options, backend_options, &why);
     device_name_ = backend_->name();
     pool_ = std::make_unique<KvPool>(backend_options.n_kv_blocks, options.block_size);
+    kv_dtype_ = options.kv_dtype;
+    prefix_cache_ = std::make_unique<PrefixCache>(
+        *pool_, *backend_, kv_namespace_hash(model_->fingerprint(), options.kv_dtype, options.block_size));
     load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!options.quiet) {
         std::fprintf(stderr, "kvlm: device %s (%s)\n", device_name_.c_str(), why.c_str());

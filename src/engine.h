@@ -1,5 +1,6 @@
 // Everything a generation needs, opened once: the memory-mapped model, its tokenizer, the chosen
-// compute backend and the paged KV pool sized for the context. run/chat/bench all start here.
+// compute backend, the paged KV pool sized for the context and the prefix cache over it. run/chat/bench
+// all start here.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "backend.h"
 #include "kv_pool.h"
 #include "model_file.h"
+#include "prefix_cache.h"
 #include "tokenizer.h"
 
 namespace kvlm {
@@ -19,6 +21,8 @@ struct EngineOptions {
     int32_t block_size = 16;      // tokens per KV block
     uint64_t kv_mem_bytes = 0;    // KV pool budget; 0 = exactly enough blocks for n_ctx
     DType kv_dtype = DType::f32;
+    int32_t n_spare_blocks = 0;   // KV blocks beyond the context when kv_mem_bytes is 0 (copy-on-write room
+                                  // for sequences forked from a shared prompt)
     bool quiet = false;           // no informational lines on stderr
 };
 
@@ -36,6 +40,8 @@ public:
     const Tokenizer& tokenizer() const { return *tokenizer_; }
     Backend& backend() { return *backend_; }
     KvPool& pool() { return *pool_; }
+    PrefixCache& prefix_cache() { return *prefix_cache_; }
+    DType kv_dtype() const { return kv_dtype_; }
     int32_t n_ctx() const { return n_ctx_; }
     const std::string& device_name() const { return device_name_; }
     double load_seconds() const { return load_seconds_; }
@@ -45,6 +51,8 @@ private:
     std::unique_ptr<Tokenizer> tokenizer_;
     std::unique_ptr<Backend> backend_;
     std::unique_ptr<KvPool> pool_;
+    std::unique_ptr<PrefixCache> prefix_cache_;  // after pool_ and backend_: destroyed before them
+    DType kv_dtype_ = DType::f32;
     int32_t n_ctx_ = 0;
     std::string device_name_;
     double load_seconds_ = 0;

@@ -1,0 +1,27 @@
+// Device-side element loads and stores for the DTypes (f32, f16, bf16) of weights and the KV cache.
+// Conversions round to nearest even, as convert_from_f32 does on the CPU.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace kvlm {
+
+__device__ __forceinline__ float load_f32(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load_f32(const __half* p, int64_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float load_f32(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+
+__device__ __forceinline__ void store_f32(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store_f32(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void store_f32(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+}  // namespace kvlm
+
+// Calls F<T>(args...) with T the device type of `dtype` (a host-side switch over the three DTypes).
+#define KVLM_DISPATCH_DTYPE(dtype, T, ...)                           \
+    do {                                                             \
+        switch (dtype) {                                             \
+        case ::kvlm::DType::f32: { using T = float; __VA_ARGS__; break; }          \
+        case ::kvlm::DType::f16: { using T = __half; __VA_ARGS__; break; }         \
+        case ::kvlm::DType::bf16: { using T = __nv_bfloat16; __VA_ARGS__; break; } \
+        }                                                            \
+    } while (0)

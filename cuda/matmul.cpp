@@ -1,0 +1,33 @@
+// cuBLAS GEMMs (see matmul.h). cuBLAS is column-major: the row-major [n_out, n_in] weight is a
+// column-major [n_in, n_out] matrix, so out^T = W x^T is gemm(T, N) with m = n_out, n = n_tokens, k = n_in.
+#include "matmul.h"
+
+#include <climits>
+
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "error.h"
+
+namespace kvlm {
+
+void launch_matmul(cublasHandle_t handle, float* out, const float* x, const void* w, DType w_dtype, int64_t n,
+                   int64_t n_in, int64_t n_out, void* x_converted, cudaStream_t stream) {
+    if (n <= 0) return;
+    KVLM_ASSERT(n <= INT_MAX && n_in <= INT_MAX && n_out <= INT_MAX, "launch_matmul: dimension above INT_MAX");
+    const CublasApi& api = cublas_api();
+    CUBLAS_CHECK(api.set_stream(handle, stream));
+    const float alpha = 1.0f, beta = 0.0f;
+    const int m = int(n_out), cols = int(n), k = int(n_in);
+    if (w_dtype == DType::f32) {
+        CUBLAS_CHECK(api.sgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &alpha, static_cast<const float*>(w), k, x,
+                               k, &beta, out, m));
+        return;
+    }
+    KVLM_ASSERT(x_converted != nullptr, "launch_matmul: f16/bf16 weights need the x_converted scratch");
+    launch_convert_from_f32(x_converted, x, w_dtype, n * n_in, stream);
+    cudaDataType type = w_dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    CUBLAS_CHECK(api.gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &alpha, w, type, k, x_converted, type, k,
+                             &beta, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace kvlm

@@ -1,0 +1,21 @@
+// Linear layers on the GPU through cuBLAS (the twin of matmul_cpu): f32 weights via cublasSgemm,
+// f16/bf16 weights via cublasGemmEx on tensor cores with f32 accumulation and f32 output (the f32
+// activations are first rounded to the weight dtype, so bf16 results agree with the CPU to ~1e-2 rel).
+#pragma once
+#include <cstdint>
+
+#include "cublas_loader.h"
+#include "dtype.h"
+
+namespace kvlm {
+
+// out[t, r] = dot(w[r, :], x[t, :]). x_converted is scratch for x in w_dtype (unused for f32 weights).
+void launch_matmul(cublasHandle_t handle,
+                   float* out,          // [n, n_out]
+                   const float* x,      // [n, n_in]
+                   const void* w,       // [n_out, n_in] in w_dtype
+                   DType w_dtype, int64_t n, int64_t n_in, int64_t n_out,
+                   void* x_converted,   // [n, n_in] in w_dtype
+                   cudaStream_t stream);
+
+}  // namespace kvlm

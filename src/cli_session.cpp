@@ -1,0 +1,175 @@
+// `kvlm session ls | show | rm | verify | gc | pin | unpin` and the session side of `kvlm run --session`:
+// lock, restore, prefill only what the pool lacks, generate, save.
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+#include "cli.h"
+#include "engine.h"
+#include "error.h"
+#include "generate.h"
+#include "model_file.h"
+#include "session_run.h"
+#include "session_store.h"
+#include "tokenizer.h"
+
+namespace kvlm {
+
+namespace {
+
+std::string resolve_dir(const std::string& dir) { return dir.empty() ? SessionStore::default_dir() : dir; }
+
+std::string human_bytes(uint64_t n) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = double(n);
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+std::string time_text(int64_t unix_seconds) {
+    std::time_t t = std::time_t(unix_seconds);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char buffer[32];
+    std::strftime(buffer, sizeof(buffer), "%Y-%m-%d %H:%M:%S", &tm);
+    return buffer;
+}
+
+int session_ls(SessionStore& store) {
+    std::vector<SessionInfo> sessions = store.list();
+    if (sessions.empty()) {
+        std::printf("no sessions in %s\n", store.dir().c_str());
+        return 0;
+    }
+    std::printf("%-24s %8s %8s %10s  %-19s %s\n", "NAME", "TOKENS", "IN KV", "SIZE", "LAST USED", "");
+    for (const SessionInfo& s : sessions) {
+        if (!s.readable) {
+            std::printf("%-24s unreadable: %s\n", s.name.c_str(), s.problem.c_str());
+            continue;
+        }
+        const SessionManifest& m = s.manifest;
+        std::string notes = m.pinned ? "pinned" : "";
+        if (s.n_blocks_present < int32_t(m.blocks.size()))
+            notes += fmt::format("{}{} of {} blocks missing", notes.empty() ? "" : ", ",
+                                 m.blocks.size() - size_t(s.n_blocks_present), m.blocks.size());
+        std::printf("%-24s %8zu %8d %10s  %-19s %s\n", s.name.c_str(), m.tokens.size(), m.n_kv_tokens,
+                    human_bytes(s.bytes).c_str(), time_text(m.last_used_unix).c_str(), notes.c_str());
+    }
+    std::printf("total %s in %s\n", human_bytes(store.total_bytes()).c_str(), store.dir().c_str());
+    return 0;
+}
+
+int session_show(SessionStore& store, const SessionOptions& options) {
+    SessionManifest m = store.load_manifest(options.name);
+    const SessionIdentity& id = m.identity;
+    std::printf("session:   %s\n", options.name.c_str());
+    std::printf("model:     %s\n", id.model_fingerprint.c_str());
+    std::printf("KV:        %s, %d layers x %d KV heads x head_dim %d, block size %d\n", dtype_name(id.kv_dtype),
+                id.n_layers, id.n_kv_heads, id.head_dim, id.block_size);
+    std::printf("RoPE:      theta %g, scaling %s (factor %g)\n", id.rope_theta, id.rope_scaling.type.c_str(),
+                id.rope_scaling.factor);
+    std::printf("tokens:    %zu (%d with K/V in %zu blocks)\n", m.tokens.size(), m.n_kv_tokens, m.blocks.size());
+    std::printf("created:   %s\nlast used: %s\npinned:    %s\n", time_text(m.created_unix).c_str(),
+                time_text(m.last_used_unix).c_str(), m.pinned ? "yes" : "no");
+    std::string ids;
+    for (size_t i = 0; i < m.tokens.size(); i++) ids += (i ? " " : "") + std::to_string(m.tokens[i]);
+    std::printf("token ids: %s\n", ids.c_str());
+    if (options.model_path.empty()) {
+        std::printf("(pass -m MODEL to see the text)\n");
+        return 0;
+    }
+    std::unique_ptr<ModelFile> model = ModelFile::open(options.model_path);
+    if (model->fingerprint() != id.model_fingerprint)
+        std::fprintf(stderr, "kvlm: warning: %s is not the model this session was saved with\n",
+                     options.model_path.c_str());
+    Tokenizer tokenizer(model->metadata().tokenizer);
+    std::string text;
+    for (int32_t t : m.tokens)
+        if (t >= 0 && t < tokenizer.n_vocab()) text += tokenizer.decode_token(t);
+    std::printf("text:\n%s\n", text.c_str());
+    return 0;
+}
+
+int session_verify(SessionStore& store, const std::string& name) {
+    VerifyReport report = store.verify(name);
+    for (const std::string& p : report.problems) std::printf("%s\n", p.c_str());
+    std::printf("%d session(s), %d block(s) checked: %s\n", report.n_sessions, report.n_blocks_checked,
+                report.problems.empty() ? "all ok" : fmt::format("{} problem(s)", report.problems.size()).c_str());
+    return report.problems.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int cmd_session(const SessionOptions& options) {
+    SessionStore store(resolve_dir(options.dir));
+    const std::string& a = options.action;
+    bool needs_name = a == "show" || a == "rm" || a == "pin" || a == "unpin";
+    if (needs_name && options.name.empty()) throw_error("kvlm session {}: NAME is required", a);
+    if (!options.name.empty()) SessionStore::check_name(options.name);
+    if (a == "ls") return session_ls(store);
+    if (a == "show") return session_show(store, options);
+    if (a == "verify") return session_verify(store, options.name);
+    if (a == "rm") {
+        store.remove(options.name);
+        std::printf("removed session '%s'\n", options.name.c_str());
+        return 0;
+    }
+    if (a == "pin" || a == "unpin") {
+        FileLock lock = store.lock_session(options.name);
+        SessionManifest m = store.load_manifest(options.name);
+        m.pinned = a == "pin";
+        store.write_manifest(options.name, m);
+        return 0;
+    }
+    if (a == "gc") {
+        uint64_t quota = options.quota.empty() ? 0 : parse_byte_size(options.quota, "--quota");
+        GcReport r = store.collect(nullptr, quota);
+        std::printf("removed %d unreferenced file(s), evicted %d block(s) for the quota, freed %s; store is now %s\n",
+                    r.n_removed, r.n_evicted, human_bytes(r.bytes_freed).c_str(), human_bytes(r.bytes_after).c_str());
+        return 0;
+    }
+    throw_error("kvlm session: unknown action '{}'", a);
+}
+
+GenerationResult run_session_turn(Engine& engine, const RunOptions& options, const std::string& prompt,
+                                  const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text) {
+    if (options.chat)
+        throw_error("--chat with --session is not supported yet: use plain-text prompts with --session");
+    if (options.n_samples != 1) throw_error("--samples with --session is not supported");
+    SessionStore store(resolve_dir(options.session_dir));
+    uint64_t quota = options.session_quota.empty() ? kDefaultSessionQuota
+                                                    : parse_byte_size(options.session_quota, "--session-quota");
+    FileLock lock = store.lock_session(options.session);  // held until the save is done
+
+    Sequence seq;
+    RestoredSession restored = restore_session(engine, store, options.session, seq);
+    for (const std::string& w : restored.warnings) std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
+    PrefixCache& cache = engine.prefix_cache();
+    GenerationResult result;
+    try {
+        // A continuation appends the new text as-is (no BOS); the first turn tokenizes like a plain run.
+        std::vector<int32_t> new_ids =
+            restored.existed ? engine.tokenizer().encode(prompt, /*add_bos=*/false, /*parse_special=*/true)
+                             : fresh_prompt_ids;
+        std::vector<int32_t> prompt_ids = tokens_to_prefill(engine, seq, restored, new_ids);
+        int32_t n_restored = seq.table.n_tokens;
+        Sampler sampler(options.sampling);
+        result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text);
+        result.n_restored = n_restored;
+        result.n_prompt += n_restored;
+        save_session(engine, store, options.session, seq, result.transcript, restored, quota);
+    } catch (...) {
+        cache.release(seq);
+        throw;
+    }
+    cache.release(seq);
+    return result;
+}
+
+}  // namespace kvlm

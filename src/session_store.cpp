@@ -1,0 +1,400 @@
+// Session store directory management: block files, manifests, locks, listing, verify and gc.
+// Locks: locks/<NAME>.lock (exclusive, non-blocking) serializes writers of one session for a whole run;
+// store.lock is held shared while reading or saving and exclusive while deleting (rm, gc, quota), so a
+// deletion never races a save that is about to reference an existing block.
+#include "session_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <unordered_map>
+
+#include "atomic_file.h"
+#include "error.h"
+
+namespace kvlm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifestSuffix = ".manifest";
+constexpr const char* kBlockSuffix = ".kvb";
+
+std::string store_lock_path(const std::string& dir) { return dir + "/store.lock"; }
+
+uint64_t file_size_or_zero(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+}
+
+struct BlockFile {
+    std::string path;
+    BlockHash hash;
+    uint64_t bytes = 0;
+};
+
+// Every block file (and stale temporary file, hash zero) under blocks/.
+std::vector<BlockFile> scan_blocks(const std::string& dir, std::vector<std::string>* temp_files) {
+    std::vector<BlockFile> files;
+    std::error_code ec;
+    fs::path root = fs::path(dir) / "blocks";
+    if (!fs::is_directory(root, ec)) return files;
+    for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        if (!it->is_regular_file(ec)) continue;
+        std::string name = it->path().filename().string();
+        if (name.rfind(kTempFilePrefix, 0) == 0) {
+            if (temp_files) temp_files->push_back(it->path().string());
+            continue;
+        }
+        if (name.size() != 32 + std::strlen(kBlockSuffix) || name.compare(32, std::string::npos, kBlockSuffix) != 0)
+            continue;
+        BlockFile f;
+        if (!BlockHash::from_hex(name.substr(0, 32), &f.hash)) continue;
+        f.path = it->path().string();
+        f.bytes = file_size_or_zero(f.path);
+        files.push_back(f);
+    }
+    return files;
+}
+
+}  // namespace
+
+SessionStore::SessionStore(std::string dir) : dir_(std::move(dir)) {
+    while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+}
+
+std::string SessionStore::default_dir() {
+    if (const char* env = std::getenv("KVLM_SESSION_DIR"); env && *env) return env;
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/kvlm";
+    const char* home = std::getenv("HOME");
+    if (!home || !*home) throw_error("no session directory: set KVLM_SESSION_DIR or HOME, or pass --session-dir");
+    return std::string(home) + "/.cache/kvlm";
+}
+
+void SessionStore::check_name(const std::string& name) {
+    bool ok = !name.empty() && name.size() <= 128 && name[0] != '.';
+    for (char c : name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) ok = false;
+    if (!ok)
+        throw_error("session name '{}' is not valid: use 1-128 letters, digits, '.', '_' or '-', not starting with '.'",
+                    name);
+}
+
+std::string SessionStore::manifest_path(const std::string& name) const {
+    return dir_ + "/sessions/" + name + kManifestSuffix;
+}
+
+std::string SessionStore::block_path(const BlockHash& hash) const {
+    std::string hex = hash.hex();
+    return dir_ + "/blocks/" + hex.substr(0, 2) + "/" + hex + kBlockSuffix;
+}
+
+void SessionStore::ensure_writable() const {
+    for (const char* sub : {"", "/sessions", "/blocks", "/locks"}) {
+        std::string path = dir_ + sub;
+        std::error_code ec;
+        fs::create_directories(path, ec);
+        if (ec || ::access(path.c_str(), W_OK | X_OK) != 0)
+            throw_error("session directory {} is not usable: cannot create or write {}: {} (choose another with "
+                        "--session-dir or KVLM_SESSION_DIR)",
+                        dir_, path, ec ? ec.message() : std::strerror(errno));
+    }
+}
+
+FileLock SessionStore::lock_session(const std::string& name) const {
+    check_name(name);
+    ensure_writable();
+    FileLock lock;
+    if (!lock.try_lock(dir_ + "/locks/" + name + ".lock", FileLock::Mode::exclusive))
+        throw_error("session '{}' is in use by another kvlm process (lock {}/locks/{}.lock is held); wait for it to "
+                    "finish or use another --session name",
+                    name, dir_, name);
+    return lock;
+}
+
+bool SessionStore::has_session(const std::string& name) const {
+    struct stat st;
+    return ::stat(manifest_path(name).c_str(), &st) == 0;
+}
+
+std::vector<std::string> SessionStore::session_names() const {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(dir_ + "/sessions", ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+        std::string file = it->path().filename().string();
+        size_t n = std::strlen(kManifestSuffix);
+        if (file.size() > n && file.compare(file.size() - n, n, kManifestSuffix) == 0 && file[0] != '.')
+            names.push_back(file.substr(0, file.size() - n));
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+SessionManifest SessionStore::load_manifest(const std::string& name) const {
+    std::string path = manifest_path(name);
+    std::vector<uint8_t> bytes;
+    if (!read_whole_file(path, &bytes)) throw_error("session '{}' does not exist ({} not found)", name, path);
+    return decode_manifest(bytes.data(), bytes.size(), path);
+}
+
+std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, size_t payload_size,
+                                     std::vector<uint8_t>* payload) const {
+    std::string path = block_path(ref.hash);
+    std::vector<uint8_t> bytes;
+    try {
+        if (!read_whole_file(path, &bytes)) return "missing";
+        BlockFileHeader h = decode_block_header(bytes.data(), bytes.size(), bytes.size(), path);
+        if (h.kv_namespace != kv_namespace) return "belongs to another model or KV layout (namespace mismatch)";
+        if (h.hash != ref.hash) return "header names another block (" + h.hash.hex() + ")";
+        if (h.n_tokens != ref.n_tokens) return fmt::format("holds {} tokens, expected {}", h.n_tokens, ref.n_tokens);
+        if (h.payload_size != payload_size)
+            return fmt::format("payload is {} bytes, expected {}", h.payload_size, payload_size);
+        uint64_t actual = payload_checksum(bytes.data() + kBlockHeaderSize, payload_size);
+        if (actual != h.payload_checksum || actual != ref.checksum) return "checksum mismatch (the file is damaged)";
+    } catch (const Error& e) {
+        return e.what();
+    }
+    payload->assign(bytes.begin() + kBlockHeaderSize, bytes.end());
+    return "";
+}
+
+int32_t SessionStore::save(const std::string& name, SessionManifest& manifest, const BlockHash& kv_namespace,
+                        size_t payload_size, const PayloadFn& read_payload,
+                        const std::unordered_set<BlockHash, BlockHashHasher>& rewrite) {
+    check_name(name);
+    ensure_writable();
+    FileLock store_lock;
+    store_lock.lock(store_lock_path(dir_), FileLock::Mode::shared);
+    std::vector<std::string> dirs_to_sync;
+    std::vector<uint8_t> payload, head;
+    int32_t n_written = 0;
+    for (size_t i = 0; i < manifest.blocks.size(); i++) {
+        SessionBlockRef& ref = manifest.blocks[i];
+        std::string path = block_path(ref.hash);
+        if (!rewrite.count(ref.hash) && read_file_head(path, kBlockHeaderSize, &head)) {
+            try {
+                BlockFileHeader h = decode_block_header(head.data(), head.size(), file_size_or_zero(path), path);
+                if (h.kv_namespace == kv_namespace && h.hash == ref.hash && h.n_tokens == ref.n_tokens &&
+                    h.payload_size == payload_size) {
+                    ref.checksum = h.payload_checksum;  // already stored (dedup)
+                    continue;
+                }
+            } catch (const Error&) {
+                // damaged header: rewrite the block below
+            }
+        }
+        payload.assign(payload_size, 0);
+        read_payload(i, payload);
+        BlockFileHeader h;
+        h.kv_namespace = kv_namespace;
+        h.hash = ref.hash;
+        h.n_tokens = ref.n_tokens;
+        h.payload_size = payload_size;
+        h.payload_checksum = payload_checksum(payload.data(), payload.size());
+        ref.checksum = h.payload_checksum;
+        std::string sub = path.substr(0, path.rfind('/'));
+        make_directories(sub);
+        std::vector<uint8_t> file = encode_block_file(h, payload.data());
+        write_file_atomic(path, file.data(), file.size(), fmt::format("session '{}': block {}", name, i), false);
+        n_written++;
+        if (std::find(dirs_to_sync.begin(), dirs_to_sync.end(), sub) == dirs_to_sync.end()) {
+            dirs_to_sync.push_back(sub);
+            dirs_to_sync.push_back(sub.substr(0, sub.rfind('/')));  // blocks/ (a new ab/ entry)
+        }
+    }
+    // Every block rename is durable before the manifest that names it appears.
+    std::sort(dirs_to_sync.begin(), dirs_to_sync.end());
+    dirs_to_sync.erase(std::unique(dirs_to_sync.begin(), dirs_to_sync.end()), dirs_to_sync.end());
+    for (const std::string& d : dirs_to_sync) fsync_directory(d);
+    write_manifest(name, manifest);
+    return n_written;
+}
+
+void SessionStore::write_manifest(const std::string& name, const SessionManifest& manifest) {
+    std::vector<uint8_t> bytes = encode_manifest(manifest);
+    write_file_atomic(manifest_path(name), bytes.data(), bytes.size(), fmt::format("session '{}': manifest", name));
+}
+
+std::vector<SessionInfo> SessionStore::list() const {
+    std::vector<SessionInfo> out;
+    FileLock store_lock;
+    if (fs::exists(store_lock_path(dir_))) store_lock.lock(store_lock_path(dir_), FileLock::Mode::shared);
+    for (const std::string& name : session_names()) {
+        SessionInfo info;
+        info.name = name;
+        info.bytes = file_size_or_zero(manifest_path(name));
+        try {
+            info.manifest = load_manifest(name);
+            info.readable = true;
+            for (const SessionBlockRef& b : info.manifest.blocks) {
+                uint64_t n = file_size_or_zero(block_path(b.hash));
+                info.bytes += n;
+                info.n_blocks_present += n > 0;
+            }
+        } catch (const Error& e) {
+            info.problem = e.what();
+        }
+        out.push_back(std::move(info));
+    }
+    return out;
+}
+
+void SessionStore::remove(const std::string& name) {
+    check_name(name);
+    if (!has_session(name)) throw_error("session '{}' does not exist in {}", name, dir_);
+    FileLock session_lock = lock_session(name);
+    std::vector<BlockHash> candidates;
+    try {
+        for (const SessionBlockRef& b : load_manifest(name).blocks) candidates.push_back(b.hash);
+    } catch (const Error&) {
+        // unreadable manifest: delete it anyway; a later gc removes its orphaned blocks
+    }
+    {
+        FileLock store_lock;
+        store_lock.lock(store_lock_path(dir_), FileLock::Mode::exclusive);
+        if (::unlink(manifest_path(name).c_str()) != 0)
+            throw_error("{}: cannot delete: {}", manifest_path(name), std::strerror(errno));
+        fsync_directory(dir_ + "/sessions");
+    }
+    collect(&candidates, 0);
+}
+
+VerifyReport SessionStore::verify(const std::string& name) const {
+    VerifyReport report;
+    std::vector<std::string> names = name.empty() ? session_names() : std::vector<std::string>{name};
+    if (!name.empty()) {
+        check_name(name);
+        if (!has_session(name)) throw_error("session '{}' does not exist in {}", name, dir_);
+    }
+    FileLock store_lock;
+    if (fs::exists(store_lock_path(dir_))) store_lock.lock(store_lock_path(dir_), FileLock::Mode::shared);
+    std::vector<uint8_t> payload;
+    for (const std::string& n : names) {
+        report.n_sessions++;
+        SessionManifest m;
+        try {
+            m = load_manifest(n);
+        } catch (const Error& e) {
+            report.problems.push_back(fmt::format("{}: manifest unreadable: {}", n, e.what()));
+            continue;
+        }
+        BlockHash ns = kv_namespace_hash(m.identity.model_fingerprint, m.identity.kv_dtype, m.identity.block_size);
+        size_t payload_size = size_t(m.identity.n_layers) * 2 * size_t(m.identity.block_size) *
+                              size_t(m.identity.n_kv_heads) * size_t(m.identity.head_dim) *
+                              dtype_size(m.identity.kv_dtype);
+        BlockHash parent = ns;
+        for (size_t i = 0; i < m.blocks.size(); i++) {
+            const SessionBlockRef& ref = m.blocks[i];
+            BlockHash want = chain_block_hash(parent, m.tokens.data() + i * m.identity.block_size, ref.n_tokens);
+            if (want != ref.hash)
+                report.problems.push_back(fmt::format("{}: block {} ({}): hash does not match the transcript", n, i,
+                                                      ref.hash.hex()));
+            parent = ref.hash;
+            report.n_blocks_checked++;
+            std::string problem = read_block(ref, ns, payload_size, &payload);
+            if (!problem.empty())
+                report.problems.push_back(fmt::format("{}: block {} ({}): {} ({} tokens from position {} would be "
+                                                      "recomputed)",
+                                                      n, i, ref.hash.hex(), problem,
+                                                      m.tokens.size() - i * size_t(m.identity.block_size),
+                                                      i * size_t(m.identity.block_size)));
+        }
+    }
+    return report;
+}
+
+uint64_t SessionStore::total_bytes() const {
+    uint64_t total = 0;
+    for (const BlockFile& f : scan_blocks(dir_, nullptr)) total += f.bytes;
+    for (const std::string& n : session_names()) total += file_size_or_zero(manifest_path(n));
+    return total;
+}
+
+GcReport SessionStore::collect(const std::vector<BlockHash>* candidates, uint64_t quota) {
+    GcReport report;
+    if (!fs::exists(dir_ + "/blocks")) return report;
+    FileLock store_lock;
+    store_lock.lock(store_lock_path(dir_), FileLock::Mode::exclusive);
+
+    // Reference map: per block, the most recent last-use of a session naming it, its position in that
+    // session (later blocks go first), and whether a pinned session protects it.
+    struct Use {
+        int64_t last_used = 0;
+        size_t index = 0;
+        bool pinned = false;
+    };
+    std::unordered_map<BlockHash, Use, BlockHashHasher> uses;
+    uint64_t manifest_bytes = 0;
+    for (const std::string& n : session_names()) {
+        manifest_bytes += file_size_or_zero(manifest_path(n));
+        SessionManifest m;
+        try {
+            m = load_manifest(n);
+        } catch (const Error&) {
+            continue;  // an unreadable manifest protects nothing
+        }
+        for (size_t i = 0; i < m.blocks.size(); i++) {
+            auto [it, fresh] = uses.try_emplace(m.blocks[i].hash);
+            Use& u = it->second;
+            if (fresh || m.last_used_unix > u.last_used) {
+                u.last_used = m.last_used_unix;
+                u.index = i;
+            }
+            u.pinned = u.pinned || m.pinned;
+        }
+    }
+
+    std::vector<std::string> temp_files;
+    std::vector<BlockFile> files = scan_blocks(dir_, candidates ? nullptr : &temp_files);
+    auto drop = [&](const std::string& path, uint64_t bytes) {
+        if (::unlink(path.c_str()) == 0) report.bytes_freed += bytes;
+    };
+    // No save is in progress (we hold the store lock exclusively), so every temporary file is a leftover.
+    for (const std::string& t : temp_files) {
+        drop(t, file_size_or_zero(t));
+        report.n_removed++;
+    }
+    std::unordered_set<BlockHash, BlockHashHasher> wanted;
+    if (candidates) wanted.insert(candidates->begin(), candidates->end());
+    std::vector<BlockFile> kept;
+    uint64_t total = manifest_bytes;
+    for (const BlockFile& f : files) {
+        if (!uses.count(f.hash) && (!candidates || wanted.count(f.hash))) {
+            drop(f.path, f.bytes);
+            report.n_removed++;
+        } else {
+            kept.push_back(f);
+            total += f.bytes;
+        }
+    }
+    if (quota > 0 && total > quota) {
+        std::vector<BlockFile> order;
+        for (const BlockFile& f : kept)
+            if (!uses.count(f.hash) || !uses[f.hash].pinned) order.push_back(f);
+        std::sort(order.begin(), order.end(), [&](const BlockFile& a, const BlockFile& b) {
+            const Use &ua = uses[a.hash], &ub = uses[b.hash];
+            if (ua.last_used != ub.last_used) return ua.last_used < ub.last_used;
+            return ua.index > ub.index;
+        });
+        for (const BlockFile& f : order) {
+            if (total <= quota) break;
+            drop(f.path, f.bytes);
+            total -= f.bytes;
+            report.n_evicted++;
+        }
+    }
+    report.bytes_after = total;
+    return report;
+}
+
+}  // namespace kvlm
