@@ -16,7 +16,7 @@ WARN     := -Wall -Wextra -Wno-unused-parameter
 CXXFLAGS ?= -O3 -march=$(ARCH) -g1
 CPPFLAGS += -MMD -MP -Isrc
 override CXXFLAGS += -std=c++17 $(WARN) -pthread
-LDLIBS   := -lfmt -lpcre2-8 -lxxhash -pthread
+LDLIBS   := -lfmt -lpcre2-8 -lxxhash -ledit -pthread
 
 SRC_CPP  := $(wildcard src/*.cpp)
 CUDA_SRC := $(wildcard cuda/*.cu)

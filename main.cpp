@@ -80,6 +80,27 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--session-dir", run.session_dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
     run_cmd->add_option("--session-quota", run.session_quota, "Session store size cap, LRU-evicted (default 4GiB)");
 
+    ChatOptions chat;
+    bool chat_seed_given = false;
+    auto* chat_cmd = app.add_subcommand("chat", "Converse with a chat model (a terminal prompt, or one message per stdin line)");
+    chat_cmd->add_option("-m,--model", chat.model_path, "Model file (.kvlm)")->required();
+    chat_cmd->add_option("--system", chat.system, "System prompt");
+    chat_cmd->add_option("--system-file", chat.system_file, "Read the system prompt from a file");
+    chat_cmd->add_option("--chat-template", chat.chat_template, "Builtin template name (chatml, llama3, ...) or a Jinja file");
+    chat_cmd->add_option("-n,--n-predict", chat.n_predict, "Max tokens per answer (-1: until end of turn or context)")
+        ->capture_default_str();
+    chat_cmd->add_option("-c,--ctx-size", chat.n_ctx, "Context length (default: the model's)");
+    chat_cmd->add_option("-t,--threads", chat.n_threads, "CPU threads (default: all cores)");
+    chat_cmd->add_option("--block-size", chat.block_size, "Tokens per KV block")->capture_default_str();
+    chat_cmd->add_option("--kv-mem", chat.kv_mem, "KV-cache memory budget (e.g. 512MiB; default: fits the context)");
+    chat_cmd->add_option("--device", chat.device, "auto, cuda or cpu")->capture_default_str();
+    chat_cmd->add_flag("-v,--verbose", chat.verbose, "A stats line on stderr after each answer");
+    chat_cmd->add_flag("--single", chat.single, "Piped stdin is one message (default: one message per line)");
+    add_sampling_flags(chat_cmd, chat.sampling, &chat_seed_given);
+    chat_cmd->add_option("--session", chat.session, "Continue session NAME, saving it after every answer");
+    chat_cmd->add_option("--session-dir", chat.session_dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
+    chat_cmd->add_option("--session-quota", chat.session_quota, "Session store size cap (default 4GiB)");
+
     SessionOptions session;
     auto* session_cmd = app.add_subcommand("session", "Manage saved sessions: ls, show, rm, verify, gc, pin, unpin");
     session_cmd->require_subcommand(1);
@@ -113,6 +134,10 @@ int main(int argc, char** argv) {
         if (*run_cmd) {
             if (!run_seed_given) run.sampling.seed = std::random_device{}();
             return cmd_run(run);
+        }
+        if (*chat_cmd) {
+            if (!chat_seed_given) chat.sampling.seed = std::random_device{}();
+            return cmd_chat(chat);
         }
         if (*session_cmd) return cmd_session(session);
     } catch (const std::exception& e) {

@@ -70,6 +70,26 @@ int cmd_run(const RunOptions& options);
 GenerationResult run_session_turn(Engine& engine, const RunOptions& options, const std::string& prompt,
                                   const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text);
 
+struct ChatOptions {
+    std::string model_path;
+    std::string system;          // --system TEXT
+    std::string system_file;     // --system-file F (exclusive with --system)
+    std::string chat_template;   // builtin name or Jinja file; "" = the model's own
+    int32_t n_predict = -1;      // per-answer token limit
+    int32_t n_ctx = 0;
+    int32_t n_threads = 0;
+    int32_t block_size = 16;
+    std::string kv_mem;
+    std::string device = "auto";
+    bool verbose = false;        // stats line on stderr after each answer
+    bool single = false;         // piped stdin is one message, not one per line
+    SamplingParams sampling;
+    std::string session;         // --session NAME: restore at start, save after each turn and on exit
+    std::string session_dir;
+    std::string session_quota;
+};
+int cmd_chat(const ChatOptions& options);
+
 struct SessionOptions {
     std::string action;          // ls | show | rm | verify | gc | pin | unpin
     std::string name;            // session name (required by show, rm, pin, unpin; optional for verify)

@@ -2,6 +2,7 @@
 // lock, restore, prefill only what the pool lacks, generate, save.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -147,8 +148,12 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
                                                     : parse_byte_size(options.session_quota, "--session-quota");
     FileLock lock = store.lock_session(options.session);  // held until the save is done
 
+    using Clock = std::chrono::steady_clock;
+    auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     Sequence seq;
+    auto restore_start = Clock::now();
     RestoredSession restored = restore_session(engine, store, options.session, seq);
+    double restore_seconds = seconds_since(restore_start);
     for (const std::string& w : restored.warnings) std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
     PrefixCache& cache = engine.prefix_cache();
     GenerationResult result;
@@ -163,7 +168,20 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text);
         result.n_restored = n_restored;
         result.n_prompt += n_restored;
-        save_session(engine, store, options.session, seq, result.transcript, restored, quota);
+        auto save_start = Clock::now();
+        int32_t n_written = save_session(engine, store, options.session, seq, result.transcript, restored, quota);
+        if (options.verbose) {  // the figures bench/sessions.sh reports
+            double block_mib = double(engine.backend().kv_block_bytes()) / (1024.0 * 1024.0);
+            double restored_mib = block_mib * double(seq.table.blocks.size() ? (n_restored + engine.pool().block_size() - 1) /
+                                                                                   engine.pool().block_size()
+                                                                             : 0);
+            std::fprintf(stderr,
+                         "kvlm: session %s: restored %d tokens (%.2f MiB of KV) in %.4f s (%.2f GB/s); saved %d new "
+                         "block files (%.2f MiB) in %.4f s\n",
+                         options.session.c_str(), n_restored, restored_mib, restore_seconds,
+                         restore_seconds > 0 ? restored_mib * 1048576.0 / 1e9 / restore_seconds : 0.0, n_written,
+                         block_mib * n_written, seconds_since(save_start));
+        }
     } catch (...) {
         cache.release(seq);
         throw;

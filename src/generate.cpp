@@ -52,7 +52,7 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
 }
 
 GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict, Sampler& sampler,
-                        const TextCallback& on_text) {
+                        const TextCallback& on_text, const std::atomic<bool>* cancel) {
     PrefixCache& cache = engine.prefix_cache();
     const Tokenizer& tokenizer = engine.tokenizer();
     const int32_t n_vocab = engine.model().config().n_vocab;
@@ -86,6 +86,10 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
             result.stop_reason = "token limit";
             break;
         }
+        if (cancel && cancel->load()) {
+            result.stop_reason = "interrupted";
+            break;
+        }
         if (seq.table.n_tokens >= n_ctx) {
             result.stop_reason = "context full";
             break;
@@ -110,9 +114,9 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
 }
 
 GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,
-                          Sampler& sampler, const TextCallback& on_text) {
+                          Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel) {
     Prefill p = prefill(engine, seq, prompt);
-    GenerationResult result = decode(engine, seq, std::move(p.logits), n_predict, sampler, on_text);
+    GenerationResult result = decode(engine, seq, std::move(p.logits), n_predict, sampler, on_text, cancel);
     result.n_prompt = p.n_prompt;
     result.n_reused = p.n_reused;
     result.n_prefilled = p.n_prefilled;

@@ -3,6 +3,7 @@
 // Never truncates: a prompt that does not fit the context is an Error; generation stops at
 // end-of-generation, the token limit, or a full context / KV pool, and says which in the result.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,7 +30,8 @@ struct GenerationResult {
     double prefill_seconds = 0;
     double decode_seconds = 0;       // all decode steps (forward + sampling)
     double first_token_seconds = 0;  // from the call until the first sampled token
-    std::string stop_reason;         // "end of generation", "token limit", "context full", "KV cache full"
+    std::string stop_reason;         // "end of generation", "token limit", "context full", "KV cache full",
+                                     // "interrupted" (the cancel flag was set)
     uint64_t logits_hash = 0;        // XXH3 chain over every logits vector, for A/B comparisons
 };
 
@@ -52,12 +54,13 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
 
 // Samples from `logits` (the last token of seq) and decodes on top of seq. history for the sampler
 // (repetition penalty, BOS handling) is seq.tokens. n_predict < 0: until end of generation or a full
-// context. Fills every field except the prompt counts and prefill_seconds.
+// context. Fills every field except the prompt counts and prefill_seconds. `cancel` (may be null) is
+// polled after each token: once set, generation stops with the last sampled token pending.
 GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict, Sampler& sampler,
-                        const TextCallback& on_text);
+                        const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr);
 
 // prefill + decode. The caller releases seq (engine.prefix_cache().release(seq)) when done with it.
 GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,
-                          Sampler& sampler, const TextCallback& on_text);
+                          Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace kvlm

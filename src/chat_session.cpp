@@ -1,0 +1,265 @@
+// The per-turn append of a chat. A turn's new text is the suffix that rendering the conversation with the
+// new user message adds to rendering it without (plus template text left over after the last reply, such
+// as ChatML's "\n" after <|im_end|>); a template whose old rendering is not a prefix of the new one is an
+// Error rather than a silent re-tokenization of history.
+#include "chat_session.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "atomic_file.h"
+#include "binary_io.h"
+#include "error.h"
+
+namespace kvlm {
+
+namespace {
+
+constexpr uint32_t kStateVersion = 1;
+const char kStateMagic[4] = {'K', 'V', 'C', 'H'};
+
+uint64_t tokens_hash(const std::vector<int32_t>& tokens) {
+    return XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t));
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+    return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::string trim(const std::string& s) {
+    const char* ws = " \t\r\n";
+    size_t b = s.find_first_not_of(ws);
+    if (b == std::string::npos) return "";
+    return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+}  // namespace
+
+LoadedChatTemplate load_chat_template(const Engine& engine, const std::string& override_name) {
+    if (override_name.empty()) {
+        const std::string& source = engine.model().metadata().chat_template;
+        if (source.empty())
+            throw_error("{}: the model has no chat template; choose one with --chat-template NAME (builtin: {}) or "
+                        "--chat-template FILE (a Jinja chat template)",
+                        engine.model().path(), fmt::join(ChatTemplate::builtin_names(), ", "));
+        return {ChatTemplate::parse(source), "the model's chat template"};
+    }
+    for (const std::string& name : ChatTemplate::builtin_names())
+        if (name == override_name)
+            return {ChatTemplate::parse(ChatTemplate::builtin_source(name)), fmt::format("builtin '{}'", name)};
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(override_name, ec))
+        throw_error("--chat-template: '{}' is neither a builtin template ({}) nor a file", override_name,
+                    fmt::join(ChatTemplate::builtin_names(), ", "));
+    std::vector<uint8_t> bytes;
+    read_whole_file(override_name, &bytes);
+    try {
+        return {ChatTemplate::parse(std::string(bytes.begin(), bytes.end())), override_name};
+    } catch (const Error& e) {
+        throw_error("{}: {}", override_name, e.what());
+    }
+}
+
+ChatSession::ChatSession(Engine& engine, LoadedChatTemplate chat_template, std::string system)
+    : engine_(engine), template_(std::move(chat_template)) {
+    reset(system);
+}
+
+ChatSession::~ChatSession() { engine_.prefix_cache().release(seq_); }
+
+void ChatSession::reset() { reset(std::string(system_)); }
+
+void ChatSession::reset(const std::string& system) {
+    engine_.prefix_cache().release(seq_);
+    system_ = system;
+    messages_.clear();
+    if (!system_.empty()) messages_.push_back({"system", system_});
+    transcript_.clear();
+    pending_text_.clear();
+    turns_.clear();
+    n_restored_ = 0;
+}
+
+std::string ChatSession::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+    const Tokenizer& tokenizer = engine_.tokenizer();
+    auto piece_or_empty = [&](int32_t id) { return id >= 0 ? tokenizer.piece(id) : std::string(); };
+    try {
+        return template_.chat_template.render(messages, add_generation_prompt, piece_or_empty(tokenizer.bos_id()),
+                                              piece_or_empty(tokenizer.eos_id()));
+    } catch (const Error& e) {
+        throw_error("{} ({}): {}", template_.name, "rendering the conversation", e.what());
+    }
+}
+
+// Exactly as `kvlm run --chat` tokenizes its prompt, so the first answer matches it.
+std::vector<int32_t> ChatSession::first_turn_tokens(const std::vector<ChatMessage>& messages) const {
+    const Tokenizer& tokenizer = engine_.tokenizer();
+    std::vector<int32_t> ids = tokenizer.encode(render(messages, true), /*add_bos=*/false, /*parse_special=*/true);
+    if (tokenizer.data().add_bos && tokenizer.bos_id() >= 0 && (ids.empty() || ids[0] != tokenizer.bos_id()))
+        ids.insert(ids.begin(), tokenizer.bos_id());
+    return ids;
+}
+
+GenerationResult ChatSession::send(const std::string& text, int32_t n_predict, Sampler& sampler,
+                                   const TextCallback& on_text, const std::atomic<bool>* cancel) {
+    const Tokenizer& tokenizer = engine_.tokenizer();
+    std::vector<ChatMessage> with_user = messages_;
+    with_user.push_back({"user", text});
+    std::string prompt_text = render(with_user, true);
+    std::vector<int32_t> new_ids;
+    if (transcript_.empty()) {
+        new_ids = first_turn_tokens(with_user);
+    } else {
+        std::string old_text = render(messages_, false);
+        if (!starts_with(prompt_text, old_text))
+            throw_error("{}: rendering the conversation with the new message changes the text of earlier turns, "
+                        "so it cannot be extended by appending tokens (try --chat-template chatml)",
+                        template_.name);
+        new_ids = tokenizer.encode(pending_text_ + prompt_text.substr(old_text.size()), /*add_bos=*/false,
+                                   /*parse_special=*/true);
+    }
+
+    Turn turn{messages_.size(), transcript_.size(), pending_text_};
+    const int32_t n_in_seq = seq_.table.n_tokens;
+    std::vector<int32_t> prompt(transcript_.begin() + n_in_seq, transcript_.end());
+    prompt.insert(prompt.end(), new_ids.begin(), new_ids.end());
+    const int32_t n_ctx = engine_.n_ctx();
+    if (int64_t(n_in_seq) + int64_t(prompt.size()) >= n_ctx)
+        throw_error("the context is full: the conversation holds {} tokens, this message needs {} more and the "
+                    "context is {} tokens; /undo drops the last exchange, /reset starts a new conversation (or "
+                    "restart with a larger -c)",
+                    transcript_.size(), new_ids.size(), n_ctx);
+    std::string reply;
+    GenerationResult result = generate(engine_, seq_, prompt, n_predict, sampler, [&](const std::string& piece) {
+        reply += piece;
+        on_text(piece);
+    }, cancel);
+    // Tokens the sequence already held count as reused (from this process) or restored (from disk).
+    const int32_t n_restored = std::min(n_restored_, n_in_seq);
+    result.n_restored = n_restored;
+    result.n_reused += n_in_seq - n_restored;
+    result.n_prompt += n_in_seq;
+    n_restored_ = 0;
+
+    // The template's rendering of the reply must start with the reply as generated; what follows it (the
+    // end-of-turn marker, minus the end-of-generation token the model already produced) is left pending
+    // for the next turn.
+    std::vector<ChatMessage> with_reply = with_user;
+    with_reply.push_back({"assistant", reply});
+    std::string full = render(with_reply, false);
+    std::string rest;
+    bool ok = starts_with(full, prompt_text);
+    if (ok) {
+        std::string after = full.substr(prompt_text.size());
+        if (starts_with(after, reply)) rest = after.substr(reply.size());
+        else if (starts_with(after, trim(reply))) rest = after.substr(trim(reply).size());  // templates that trim
+        else ok = false;
+    }
+    if (!ok) {
+        engine_.prefix_cache().truncate(seq_, std::min<int32_t>(seq_.table.n_tokens, int32_t(turn.n_transcript)));
+        throw_error("{}: the template does not render the assistant's reply as generated after the generation "
+                    "prompt, so the conversation cannot continue without re-tokenizing it (try --chat-template "
+                    "chatml); the exchange was dropped",
+                    template_.name);
+    }
+    if (result.stop_reason == "end of generation") {
+        std::string marker = tokenizer.piece(result.generated.back());
+        if (starts_with(rest, marker)) rest = rest.substr(marker.size());
+    }
+    turns_.push_back(std::move(turn));
+    messages_ = std::move(with_reply);
+    transcript_ = result.transcript;
+    pending_text_ = rest;
+    return result;
+}
+
+bool ChatSession::undo() {
+    if (turns_.empty()) return false;
+    Turn turn = std::move(turns_.back());
+    turns_.pop_back();
+    engine_.prefix_cache().truncate(seq_, std::min<int32_t>(seq_.table.n_tokens, int32_t(turn.n_transcript)));
+    n_restored_ = std::min<int32_t>(n_restored_, seq_.table.n_tokens);
+    messages_.resize(turn.n_messages);
+    transcript_.resize(turn.n_transcript);
+    pending_text_ = std::move(turn.pending_text);
+    return true;
+}
+
+GenerationResult ChatSession::regenerate(int32_t n_predict, Sampler& sampler, const TextCallback& on_text,
+                                         const std::atomic<bool>* cancel) {
+    if (turns_.empty()) throw_error("/regenerate: there is no answer to regenerate yet");
+    std::string user = messages_[turns_.back().n_messages].content;
+    undo();
+    return send(user, n_predict, sampler, on_text, cancel);
+}
+
+std::vector<uint8_t> ChatSession::encode_state() const {
+    BufferWriter w;
+    w.write_bytes(kStateMagic, 4);
+    w.write_u32(kStateVersion);
+    w.write_u64(tokens_hash(transcript_));
+    w.write_u32(uint32_t(transcript_.size()));
+    w.write_string(system_);
+    w.write_string(pending_text_);
+    w.write_u32(uint32_t(messages_.size()));
+    for (const ChatMessage& m : messages_) {
+        w.write_string(m.role);
+        w.write_string(m.content);
+    }
+    w.write_u32(uint32_t(turns_.size()));
+    for (const Turn& t : turns_) {
+        w.write_u32(uint32_t(t.n_messages));
+        w.write_u32(uint32_t(t.n_transcript));
+        w.write_string(t.pending_text);
+    }
+    return w.buffer();
+}
+
+void ChatSession::adopt(Sequence& seq, std::vector<int32_t> transcript, const std::vector<uint8_t>& state,
+                        const std::string& source) {
+    Reader r(state.data(), state.size(), source);
+    const uint8_t* magic = r.read_bytes(4, "magic");
+    if (std::memcmp(magic, kStateMagic, 4) != 0) r.fail("not a kvlm chat state file (magic is not KVCH)");
+    if (uint32_t v = r.read_u32("version"); v != kStateVersion)
+        r.fail(fmt::format("chat state version {}, this kvlm reads version {}", v, kStateVersion));
+    uint64_t hash = r.read_u64("transcript hash");
+    uint32_t n_tokens = r.read_u32("transcript length");
+    if (hash != tokens_hash(transcript) || n_tokens != transcript.size())
+        r.fail(fmt::format("belongs to another transcript ({} tokens) than the session's ({} tokens)", n_tokens,
+                           transcript.size()));
+    std::string system = r.read_string("system prompt");
+    std::string pending = r.read_string("pending text");
+    std::vector<ChatMessage> messages(r.read_u32("message count"));
+    if (messages.size() > r.remaining()) r.fail("message count past the end");
+    for (ChatMessage& m : messages) {
+        m.role = r.read_string("role");
+        m.content = r.read_string("content");
+    }
+    std::vector<Turn> turns(r.read_u32("turn count"));
+    if (turns.size() > r.remaining()) r.fail("turn count past the end");
+    for (Turn& t : turns) {
+        t.n_messages = r.read_u32("turn message count");
+        t.n_transcript = r.read_u32("turn transcript length");
+        t.pending_text = r.read_string("turn pending text");
+        if (t.n_messages >= messages.size() || t.n_transcript > transcript.size())
+            r.fail("an undo point lies past the conversation");
+    }
+    if (!r.at_end()) r.fail("trailing bytes");
+    KVLM_ASSERT(size_t(seq.table.n_tokens) <= transcript.size(), "restored more tokens than the transcript holds");
+
+    engine_.prefix_cache().release(seq_);
+    seq_ = std::move(seq);
+    seq = Sequence{};
+    n_restored_ = seq_.table.n_tokens;
+    transcript_ = std::move(transcript);
+    system_ = std::move(system);
+    pending_text_ = std::move(pending);
+    messages_ = std::move(messages);
+    turns_ = std::move(turns);
+}
+
+}  // namespace kvlm

@@ -1,0 +1,85 @@
+// A chat conversation over one Sequence: its messages, the canonical token transcript the model has seen,
+// and the per-turn append. Invariant: earlier turns are never re-tokenized - a turn prefills only the text
+// the template renders beyond the previous rendering, and an assistant reply enters the transcript as the
+// tokens that were generated. Terminal I/O lives in cli_chat.cpp.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chat_template.h"
+#include "engine.h"
+#include "generate.h"
+#include "prefix_cache.h"
+#include "sampler.h"
+
+namespace kvlm {
+
+// The template a chat uses: `override_name` empty -> the model's own; else a builtin name or a file.
+// Throws Error when the model has none (suggesting --chat-template) or the override is unknown/unparsable.
+struct LoadedChatTemplate {
+    ChatTemplate chat_template;
+    std::string name;  // for messages: "the model's chat template", "builtin 'chatml'", a file path
+};
+LoadedChatTemplate load_chat_template(const Engine& engine, const std::string& override_name);
+
+class ChatSession {
+public:
+    ChatSession(Engine& engine, LoadedChatTemplate chat_template, std::string system);
+    ~ChatSession();  // releases the sequence (its full blocks stay in the prefix cache)
+    ChatSession(const ChatSession&) = delete;
+    ChatSession& operator=(const ChatSession&) = delete;
+
+    // Appends a user message and generates the reply (streamed to on_text). Prefills only the tokens the
+    // sequence lacks. In the result, n_reused also counts the tokens earlier turns left in the sequence and
+    // n_restored those a session restore put there (first turn after it). Throws Error with the
+    // conversation unchanged (context full, template not prefix-stable, ...).
+    GenerationResult send(const std::string& text, int32_t n_predict, Sampler& sampler, const TextCallback& on_text,
+                          const std::atomic<bool>* cancel = nullptr);
+    // Drops the last exchange, truncating the sequence so the K/V before it is reused. False if none.
+    bool undo();
+    // The last user message again, after undo(); throws Error if there is no exchange.
+    GenerationResult regenerate(int32_t n_predict, Sampler& sampler, const TextCallback& on_text,
+                                const std::atomic<bool>* cancel = nullptr);
+    // A new conversation (same system prompt, or `system`).
+    void reset();
+    void reset(const std::string& system);
+
+    const std::vector<ChatMessage>& messages() const { return messages_; }
+    const std::vector<int32_t>& transcript() const { return transcript_; }
+    const Sequence& sequence() const { return seq_; }
+    const std::string& system() const { return system_; }
+    int32_t n_exchanges() const { return int32_t(turns_.size()); }
+    const std::string& template_name() const { return template_.name; }
+
+    // Session persistence. The token transcript and K/V go through session_run.h; this is the rest
+    // (messages, template text not yet in the transcript, undo points), bound to the transcript by hash.
+    std::vector<uint8_t> encode_state() const;
+    // Replaces the conversation: `seq` holds K/V for a prefix of `transcript` (restore_session); `state`
+    // comes from encode_state() of that transcript. Throws Error naming `source` if it does not match;
+    // on error nothing changes (seq is then the caller's to release).
+    void adopt(Sequence& seq, std::vector<int32_t> transcript, const std::vector<uint8_t>& state,
+               const std::string& source);
+
+private:
+    struct Turn {  // undo point: the state before a user message
+        size_t n_messages = 0;
+        size_t n_transcript = 0;
+        std::string pending_text;
+    };
+    std::vector<int32_t> first_turn_tokens(const std::vector<ChatMessage>& messages) const;
+    std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+
+    Engine& engine_;
+    LoadedChatTemplate template_;
+    std::string system_;
+    Sequence seq_;
+    std::vector<ChatMessage> messages_;
+    std::vector<int32_t> transcript_;  // seq_.tokens plus tokens not in the K/V yet (a pending token)
+    std::string pending_text_;         // rendered template text after the last reply, not yet tokenized
+    std::vector<Turn> turns_;
+    int32_t n_restored_ = 0;           // K/V tokens from disk not yet reported in a turn's result
+};
+
+}  // namespace kvlm
