@@ -30,6 +30,12 @@ bool starts_with(const std::string& s, const std::string& prefix) {
     return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
 }
 
+std::string builtin_list() {
+    std::string names;
+    for (const std::string& name : ChatTemplate::builtin_names()) names += (names.empty() ? "" : ", ") + name;
+    return names;
+}
+
 std::string trim(const std::string& s) {
     const char* ws = " \t\r\n";
     size_t b = s.find_first_not_of(ws);
@@ -45,7 +51,7 @@ LoadedChatTemplate load_chat_template(const Engine& engine, const std::string& o
         if (source.empty())
             throw_error("{}: the model has no chat template; choose one with --chat-template NAME (builtin: {}) or "
                         "--chat-template FILE (a Jinja chat template)",
-                        engine.model().path(), fmt::join(ChatTemplate::builtin_names(), ", "));
+                        engine.model().path(), builtin_list());
         return {ChatTemplate::parse(source), "the model's chat template"};
     }
     for (const std::string& name : ChatTemplate::builtin_names())
@@ -54,7 +60,7 @@ LoadedChatTemplate load_chat_template(const Engine& engine, const std::string& o
     std::error_code ec;
     if (!std::filesystem::is_regular_file(override_name, ec))
         throw_error("--chat-template: '{}' is neither a builtin template ({}) nor a file", override_name,
-                    fmt::join(ChatTemplate::builtin_names(), ", "));
+                    builtin_list());
     std::vector<uint8_t> bytes;
     read_whole_file(override_name, &bytes);
     try {

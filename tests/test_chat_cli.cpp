@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -29,7 +30,9 @@ std::string smollm2() {
 std::string stories() { return converted_model("stories-gguf", {data_path("stories260K/stories260K.gguf")}); }
 
 CliResult chat(const std::string& model, const std::string& input, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"chat", "-m", model, "--temp", "0", "-n", "40", "-c", "1024", "-t", "2"};
+    std::vector<std::string> args = {"chat", "-m", model, "--temp", "0", "-t", "2"};
+    for (auto [flag, value] : {std::pair<const char*, const char*>{"-n", "40"}, {"-c", "1024"}})
+        if (std::find(extra.begin(), extra.end(), flag) == extra.end()) extra.insert(extra.end(), {flag, value});
     args.insert(args.end(), extra.begin(), extra.end());
     return run_kvlm(args, input);
 }
@@ -187,22 +190,30 @@ TEST_CASE("chat: interactive terminal through tmux (two turns, Ctrl-C stops an a
         }
         return false;
     };
-    auto count = [](const std::string& s, const std::string& what) {
+    // Prompts shown: lines starting with ">" (capture-pane drops the trailing space of "> ").
+    auto prompts = [](const std::string& s) {
         int n = 0;
-        for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) n++;
+        for (size_t p = 0; p < s.size(); p = s.find('\n', p) == std::string::npos ? s.size() : s.find('\n', p) + 1)
+            n += s[p] == '>';
         return n;
     };
     std::string command = std::string(bin) + " chat -m " + model + " --temp 0 -c 2048 -t 2; echo EXITED $?; sleep 30";
     REQUIRE(tmux("new-session -d -s chat -x 200 -y 50 -c '" + std::filesystem::current_path().string() + "' \"" + command + "\"") == 0);
-    CHECK(wait_for([&](const std::string& s) { return s.find("> ") != std::string::npos; }, 60));
+    CHECK(wait_for([&](const std::string& s) { return prompts(s) >= 1; }, 60));
     tmux("send-keys -t chat 'What is the capital of France?' Enter");
-    CHECK(wait_for([&](const std::string& s) { return count(s, "> ") >= 2; }, 60));
+    CHECK(wait_for([&](const std::string& s) { return prompts(s) >= 2; }, 60));
     tmux("send-keys -t chat 'Write a very long story about a dragon.' Enter");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const std::string asked = "about a dragon.\n";
+    CHECK(wait_for([&](const std::string& s) {  // the answer has started streaming
+        size_t p = s.find(asked);
+        return p != std::string::npos && s.find_first_not_of(" \n", p + asked.size()) != std::string::npos;
+    }, 60));
     tmux("send-keys -t chat C-c");
-    CHECK(wait_for([&](const std::string& s) { return s.find("(stopped)") != std::string::npos && count(s, "> ") >= 3; },
+    CHECK(wait_for([&](const std::string& s) { return s.find("(stopped)") != std::string::npos && prompts(s) >= 3; },
                    30));
-    tmux("send-keys -t chat C-d");
+    tmux("send-keys -t chat C-c");  // at the prompt: a hint; a second one exits
+    CHECK(wait_for([&](const std::string& s) { return s.find("Ctrl-C again") != std::string::npos; }, 10));
+    tmux("send-keys -t chat C-c");
     CHECK(wait_for([&](const std::string& s) { return s.find("EXITED 0") != std::string::npos; }, 30));
     std::string text = screen();
     CHECK_MESSAGE(text.find("Paris") != std::string::npos, text);
