@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "test_util.h"
@@ -53,6 +55,131 @@ std::vector<TurnStats> turn_stats(const std::string& err) {
 }
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+std::vector<int> token_ids(const std::string& text) {
+    std::vector<int> ids;
+    std::istringstream in(text);
+    for (int id; in >> id;) ids.push_back(id);
+    return ids;
+}
+
+// The lines of a terminal screen or of piped output, without trailing spaces.
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+        line.erase(line.find_last_not_of(' ') + 1);
+        lines.push_back(line);
+    }
+    return lines;
+}
+
+std::string trimmed_lines(const std::string& text) {
+    std::string joined;
+    for (const std::string& line : lines_of(text)) joined += line + "\n";
+    return joined;
+}
+
+// What a piped run prints for these answers: each one, then a newline unless it ends with one.
+std::string piped_output(const std::vector<std::string>& answers) {
+    std::string out;
+    for (const std::string& a : answers) out += a + (a.empty() || a.back() == '\n' ? "" : "\n");
+    return out;
+}
+
+// A command in a detached tmux session ("chat", 200x50, its own server socket) driven by keystrokes.
+class Terminal {
+public:
+    static bool available() { return std::system("command -v tmux >/dev/null 2>&1") == 0; }
+
+    explicit Terminal(const std::string& command) : socket_(dir_.file("tmux.sock")) {
+        started_ = tmux("new-session -d -s chat -x 200 -y 50 -c '" + std::filesystem::current_path().string() +
+                        "' \"" + command + "\"") == 0;
+    }
+    ~Terminal() { tmux("kill-server"); }
+    bool started() const { return started_; }
+
+    // Raw tmux key names, e.g. "C-c" or "'some text' Enter".
+    void keys(const std::string& keys) { tmux("send-keys -t chat " + keys); }
+    // A line typed literally, then Enter (no single quotes in `text`).
+    void type_line(const std::string& text) {
+        tmux("send-keys -t chat -l '" + text + "'");
+        tmux("send-keys -t chat Enter");
+    }
+    // The screen and its scrollback with wrapped lines joined.
+    std::string screen() const {
+        std::string file = dir_.file("screen.txt");
+        std::system(("tmux -S '" + socket_ + "' capture-pane -p -J -S -500 -t chat > '" + file + "' 2>/dev/null").c_str());
+        return read_file(file);
+    }
+    bool wait_for(const std::function<bool(const std::string&)>& done, int seconds) const {
+        for (int i = 0; i < seconds * 10; i++) {
+            if (done(screen())) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return false;
+    }
+
+private:
+    int tmux(const std::string& args) const {
+        return std::system(("tmux -S '" + socket_ + "' " + args + " >/dev/null 2>&1").c_str());
+    }
+
+    TempDir dir_;
+    std::string socket_;
+    bool started_ = false;
+};
+
+// Prompts shown: lines starting with ">" (capture-pane drops the trailing space of "> ").
+int prompts(const std::string& screen) {
+    int n = 0;
+    for (const std::string& line : lines_of(screen)) n += !line.empty() && line[0] == '>';
+    return n;
+}
+
+// The answer shown after the prompt line "> INPUT" (the `nth` such line, from 0): the lines up to the next
+// prompt. The terminal always ends an answer with a newline, so the text between is the answer exactly.
+std::optional<std::string> answer_after(const std::string& screen, const std::string& input, int nth = 0) {
+    std::vector<std::string> lines = lines_of(screen);
+    for (size_t i = 0; i < lines.size(); i++) {
+        if (lines[i] != "> " + input || nth-- > 0) continue;
+        std::string answer;
+        for (size_t j = i + 1; j < lines.size(); j++) {
+            if (!lines[j].empty() && lines[j][0] == '>') return answer;
+            answer += (j > i + 1 ? "\n" : "") + lines[j];
+        }
+        return std::nullopt;  // no prompt after it yet
+    }
+    return std::nullopt;
+}
+
+size_t count(const std::string& s, const std::string& needle) {
+    size_t n = 0;
+    for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + needle.size())) n++;
+    return n;
+}
+
+std::string terminal_chat_command(const std::string& model, const std::string& flags) {
+    const char* bin = std::getenv("KVLM_BIN");
+    REQUIRE(bin);
+    return std::string(bin) + " chat -m " + model + " " + flags + "; echo EXITED $?; sleep 30";
+}
+
+bool have_tmux() {
+    if (Terminal::available()) return true;
+    MESSAGE("tmux is not installed: skipping the terminal test (apt-get install -y tmux)");
+    return false;
+}
+
+// The 2-message conversation both the terminal tests and the piped reference run (same flags as chat()).
+const char* const kQuestions[] = {"What is the capital of France?", "And of Germany?"};
+const char* const kTerminalFlags = "--temp 0 -t 2 -n 40 -c 1024";
+
+// The piped run of kQuestions with --verbose, once per test run.
+const CliResult& piped_reference(const std::string& model) {
+    static CliResult r = chat(model, std::string(kQuestions[0]) + "\n" + kQuestions[1] + "\n", {"--verbose"});
+    return r;
+}
 
 }  // namespace
 
@@ -166,56 +293,180 @@ TEST_CASE("chat: template choice") {
 
 TEST_CASE("chat: interactive terminal through tmux (two turns, Ctrl-C stops an answer)") {
     std::string model = smollm2();
-    if (model.empty()) return;
-    if (std::system("command -v tmux >/dev/null 2>&1") != 0) {
-        MESSAGE("tmux is not installed: skipping the terminal test (apt-get install -y tmux)");
-        return;
-    }
-    const char* bin = std::getenv("KVLM_BIN");
-    REQUIRE(bin);
-    TempDir dir;
-    std::string socket = dir.file("tmux.sock");
-    auto tmux = [&](const std::string& args) {
-        return std::system(("tmux -S '" + socket + "' " + args + " >/dev/null 2>&1").c_str());
-    };
-    auto screen = [&] {
-        std::string file = dir.file("screen.txt");
-        std::system(("tmux -S '" + socket + "' capture-pane -p -S -200 -t chat > '" + file + "' 2>/dev/null").c_str());
-        return read_file(file);
-    };
-    auto wait_for = [&](const std::function<bool(const std::string&)>& done, int seconds) {
-        for (int i = 0; i < seconds * 10; i++) {
-            if (done(screen())) return true;
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
-        return false;
-    };
-    // Prompts shown: lines starting with ">" (capture-pane drops the trailing space of "> ").
-    auto prompts = [](const std::string& s) {
-        int n = 0;
-        for (size_t p = 0; p < s.size(); p = s.find('\n', p) == std::string::npos ? s.size() : s.find('\n', p) + 1)
-            n += s[p] == '>';
-        return n;
-    };
-    std::string command = std::string(bin) + " chat -m " + model + " --temp 0 -c 2048 -t 2; echo EXITED $?; sleep 30";
-    REQUIRE(tmux("new-session -d -s chat -x 200 -y 50 -c '" + std::filesystem::current_path().string() + "' \"" + command + "\"") == 0);
-    CHECK(wait_for([&](const std::string& s) { return prompts(s) >= 1; }, 60));
-    tmux("send-keys -t chat 'What is the capital of France?' Enter");
-    CHECK(wait_for([&](const std::string& s) { return prompts(s) >= 2; }, 60));
-    tmux("send-keys -t chat 'Write a very long story about a dragon.' Enter");
-    const std::string asked = "about a dragon.\n";
-    CHECK(wait_for([&](const std::string& s) {  // the answer has started streaming
-        size_t p = s.find(asked);
-        return p != std::string::npos && s.find_first_not_of(" \n", p + asked.size()) != std::string::npos;
+    if (model.empty() || !have_tmux()) return;
+    Terminal term(terminal_chat_command(model, "--temp 0 -c 2048 -t 2"));
+    REQUIRE(term.started());
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 1; }, 60));
+    term.type_line("What is the capital of France?");
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 2; }, 60));
+    term.type_line("Write a very long story about a dragon.");
+    CHECK(term.wait_for([](const std::string& s) {  // the answer has started streaming
+        std::optional<std::string> shown = answer_after(s + "\n>", "Write a very long story about a dragon.");
+        return shown && shown->find_first_not_of(" \n") != std::string::npos;
     }, 60));
-    tmux("send-keys -t chat C-c");
-    CHECK(wait_for([&](const std::string& s) { return s.find("(stopped)") != std::string::npos && prompts(s) >= 3; },
-                   30));
-    tmux("send-keys -t chat C-c");  // at the prompt: a hint; a second one exits
-    CHECK(wait_for([&](const std::string& s) { return s.find("Ctrl-C again") != std::string::npos; }, 10));
-    tmux("send-keys -t chat C-c");
-    CHECK(wait_for([&](const std::string& s) { return s.find("EXITED 0") != std::string::npos; }, 30));
-    std::string text = screen();
+    term.keys("C-c");
+    CHECK(term.wait_for([](const std::string& s) { return s.find("(stopped)") != std::string::npos && prompts(s) >= 3; },
+                        30));
+    term.keys("C-c");  // at the prompt: a hint; a second one exits
+    CHECK(term.wait_for([](const std::string& s) { return s.find("Ctrl-C again") != std::string::npos; }, 10));
+    term.keys("C-c");
+    CHECK(term.wait_for([](const std::string& s) { return s.find("EXITED 0") != std::string::npos; }, 30));
+    std::string text = term.screen();
     CHECK_MESSAGE(text.find("Paris") != std::string::npos, text);
-    tmux("kill-server");
+}
+
+TEST_CASE("chat: the terminal and a piped run give the same answers under greedy") {
+    std::string model = smollm2();
+    if (model.empty() || !have_tmux()) return;
+    const CliResult& piped = piped_reference(model);
+    REQUIRE_MESSAGE(piped.exit_code == 0, piped.err);
+
+    Terminal term(terminal_chat_command(model, kTerminalFlags));
+    REQUIRE(term.started());
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 1; }, 60));
+    term.type_line(kQuestions[0]);
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 2; }, 60));
+    term.type_line(kQuestions[1]);
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 3; }, 60));
+    std::string screen = term.screen();
+    std::optional<std::string> first = answer_after(screen, kQuestions[0]);
+    std::optional<std::string> second = answer_after(screen, kQuestions[1]);
+    REQUIRE_MESSAGE(first, screen);
+    REQUIRE_MESSAGE(second, screen);
+    CHECK(first->find("Paris") != std::string::npos);
+    CHECK_MESSAGE(trimmed_lines(piped_output({*first, *second})) == trimmed_lines(piped.out),
+                  "terminal:\n" << screen << "\npiped:\n" << piped.out);
+    term.keys("C-d");
+    CHECK(term.wait_for([](const std::string& s) { return s.find("EXITED 0") != std::string::npos; }, 30));
+}
+
+TEST_CASE("chat: /stats, /undo and /regenerate in the terminal") {
+    std::string model = smollm2();
+    if (model.empty() || !have_tmux()) return;
+    const CliResult& piped = piped_reference(model);
+    REQUIRE_MESSAGE(piped.exit_code == 0, piped.err);
+    std::vector<TurnStats> reference = turn_stats(piped.err);
+    REQUIRE(reference.size() == 2);
+
+    Terminal term(terminal_chat_command(model, kTerminalFlags));
+    REQUIRE(term.started());
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 1; }, 60));
+    term.type_line(kQuestions[0]);
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 2; }, 60));
+    term.type_line(kQuestions[1]);
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 3; }, 60));
+    term.type_line("/stats");
+    CHECK(term.wait_for([](const std::string& s) { return count(s, "conversation: ") >= 1 && prompts(s) >= 4; }, 30));
+
+    // The last answer prefilled only the new turn: all the first exchange came from the pool.
+    std::string screen = term.screen();
+    std::regex last("last answer: prompt (\\d+) tokens: (\\d+) reused from the pool, (\\d+) restored from disk, "
+                    "(\\d+) prefilled");
+    std::regex total("chat: (\\d+) answers \\| prompt tokens: (\\d+) reused from the pool, (\\d+) restored from "
+                     "disk, (\\d+) prefilled");
+    std::smatch m;
+    REQUIRE_MESSAGE(std::regex_search(screen, m, last), screen);
+    CHECK(std::stoi(m[1]) == reference[1].n_prompt);
+    CHECK(std::stoi(m[2]) == reference[1].n_reused);
+    CHECK(std::stoi(m[3]) == 0);
+    CHECK(std::stoi(m[4]) == reference[1].n_prefilled);
+    CHECK(std::stoi(m[4]) < 20);
+    CHECK(std::stoi(m[2]) + std::stoi(m[4]) == std::stoi(m[1]));
+    REQUIRE_MESSAGE(std::regex_search(screen, m, total), screen);
+    CHECK(std::stoi(m[1]) == 2);
+    CHECK(std::stoi(m[2]) == reference[1].n_reused);
+    CHECK(std::stoi(m[4]) == reference[0].n_prompt + reference[1].n_prefilled);  // never the first turn twice
+
+    // /undo drops the second exchange; /regenerate answers the first message again, the same under greedy.
+    term.type_line("/undo");
+    CHECK(term.wait_for([](const std::string& s) { return s.find("(dropped the last exchange)") != std::string::npos &&
+                                                          prompts(s) >= 5; }, 30));
+    term.type_line("/regenerate");
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 6; }, 60));
+    term.type_line("/stats");
+    CHECK(term.wait_for([](const std::string& s) { return count(s, "conversation: ") >= 2 && prompts(s) >= 7; }, 30));
+    screen = term.screen();
+    std::optional<std::string> first = answer_after(screen, kQuestions[0]);
+    std::optional<std::string> again = answer_after(screen, "/regenerate");
+    REQUIRE_MESSAGE(first, screen);
+    REQUIRE_MESSAGE(again, screen);
+    CHECK_MESSAGE(*again == *first, screen);
+    std::vector<std::smatch> stats;
+    for (std::sregex_iterator it(screen.begin(), screen.end(), last), end; it != end; ++it) stats.push_back(*it);
+    REQUIRE(stats.size() == 2);
+    CHECK(std::stoi(stats[1][1]) == reference[0].n_prompt);  // the first prompt again, mostly from the pool
+    CHECK(std::stoi(stats[1][4]) < reference[0].n_prompt);
+    CHECK(screen.find("conversation: 2 messages") != std::string::npos);
+    term.type_line("/exit");
+    CHECK(term.wait_for([](const std::string& s) { return s.find("EXITED 0") != std::string::npos; }, 30));
+}
+
+TEST_CASE("chat: a synthetic Llama 3 model uses the Llama 3 template") {
+    std::string tokenizer = data_path("tokenizers/llama3");
+    if (!have_data(tokenizer + "/tokenizer.model")) return;
+    TempDir dir;
+    write_file(dir.file("config.json"), R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 128256,
+  "max_position_embeddings": 2048, "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": true
+})");
+    std::string model = dir.file("llama.kvlm");
+    CliResult convert =
+        run_kvlm({"convert", "--synthetic", dir.file("config.json"), "--tokenizer", tokenizer, "-o", model, "--quiet"});
+    REQUIRE_MESSAGE(convert.exit_code == 0, convert.err);
+
+    std::vector<std::string> flags = {"-n", "16", "--verbose", "--session", "l3", "--session-dir", dir.file("sessions")};
+    const std::string input = "Hello there\nHow are you?\n";
+    CliResult r = chat(model, input, flags);
+    if (r.exit_code != 0 && r.err.find("no chat template") != std::string::npos) {
+        MESSAGE("the converter did not store tokenizer_config.json's chat template: using --chat-template llama3");
+        flags.insert(flags.end(), {"--chat-template", "llama3"});
+        flags[4] = "l3b";
+        r = chat(model, input, flags);
+    }
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    std::vector<TurnStats> stats = turn_stats(r.err);
+    REQUIRE_MESSAGE(stats.size() == 2, r.err);
+    std::regex stop_line("stop: (end of generation|token limit)\n");
+    CHECK(std::distance(std::sregex_iterator(r.err.begin(), r.err.end(), stop_line), std::sregex_iterator()) == 2);
+    for (const TurnStats& s : stats) CHECK(s.n_generated <= 16);
+    CHECK(stats[0].n_prefilled == stats[0].n_prompt);
+    CHECK(stats[1].n_reused == stats[0].n_prompt + stats[0].n_generated - 1);
+    CHECK(stats[1].n_reused + stats[1].n_prefilled == stats[1].n_prompt);
+
+    // The transcript the session saved: turn 1 rendered by the Llama 3 template, its answer, then turn 2.
+    CliResult show = run_kvlm({"session", "show", flags[4], "--session-dir", dir.file("sessions")});
+    REQUIRE_MESSAGE(show.exit_code == 0, show.err);
+    size_t ids_at = show.out.find("token ids: ");
+    REQUIRE_MESSAGE(ids_at != std::string::npos, show.out);
+    std::vector<int> transcript = token_ids(show.out.substr(ids_at + 11, show.out.find('\n', ids_at) - ids_at - 11));
+    CHECK(int(transcript.size()) == stats[1].n_prompt + stats[1].n_generated);
+    auto tokenize = [&](const std::string& text) {
+        CliResult t = run_kvlm({"tokenize", model, text});
+        REQUIRE_MESSAGE(t.exit_code == 0, t.err);
+        return token_ids(t.out);
+    };
+    std::vector<int> header = tokenize("<|start_header_id|>user<|end_header_id|>");
+    REQUIRE(header.size() == 4);  // BOS, then the three
+    header.erase(header.begin());
+    size_t n_headers = 0;
+    for (auto it = transcript.begin(); (it = std::search(it, transcript.end(), header.begin(), header.end())) !=
+                                       transcript.end();
+         ++it)
+        n_headers++;
+    CHECK(n_headers == 2);
+
+    std::vector<int> turn1 = tokenize("<|start_header_id|>user<|end_header_id|>\n\nHello there<|eot_id|>"
+                                      "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    REQUIRE(int(turn1.size()) == stats[0].n_prompt);  // with BOS = <|begin_of_text|>
+    CHECK(std::equal(turn1.begin(), turn1.end(), transcript.begin()));
+    // Turn 2: <|eot_id|> closing the first answer (generated, or appended after the -n cut), then the new
+    // message and the generation prompt. Those, and the first answer's pending last token, are all it prefilled.
+    std::vector<int> turn2 = tokenize("<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHow are you?<|eot_id|>"
+                                      "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    turn2.erase(turn2.begin());  // BOS
+    REQUIRE(int(transcript.size()) >= stats[1].n_prompt);
+    REQUIRE(stats[1].n_prompt >= int(turn2.size()));
+    CHECK(std::equal(turn2.begin(), turn2.end(), transcript.begin() + stats[1].n_prompt - turn2.size()));
+    CHECK(stats[1].n_prefilled <= int(turn2.size()) + 1);
 }
