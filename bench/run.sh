@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 KVLM=${KVLM:-./kvlm}
 DATA=${KVLM_TEST_DATA:-../shared/models}
 CACHE=models/cache
-N_GEN=${N_GEN:-128}
-REPS=${REPS:-3}
+N_GEN=${N_GEN:-64}
+REPS=${REPS:-1}
 mkdir -p "$CACHE"
 
 ensure() {  # ensure OUT convert-args...
@@ -32,15 +32,10 @@ echo "| --- | --- | --- | --- | --- | --- |"
 for model in "$CACHE/stories260K.kvlm" "$CACHE/smollm2-135m-f32.kvlm" "$CACHE/smollm2-135m-bf16.kvlm" \
              "$CACHE/synthetic-llama-3.2-1b-bf16.kvlm"; do
     [ -f "$model" ] || continue
-    best=""
     for _ in $(seq 1 "$REPS"); do
-        start=$(date +%s.%N)
-        stats=$("$KVLM" run -m "$model" -p "$PROMPT" -n "$N_GEN" --temp 0 --verbose 2>&1 >/dev/null | grep 'prefill')
-        wall=$(echo "$(date +%s.%N) - $start" | bc)
-        best="$stats"
-    done
-    echo "$best" | sed -E 's/.*load ([0-9.]+) s \| prompt ([0-9]+) tokens, prefill [0-9.]+ s \(([0-9.]+) tok\/s\) \| generated [0-9]+ tokens, decode ([0-9.]+) tok\/s \| start to first token ([0-9.]+) s.*/\2 \3 \4 \1 \5/' |
+        "$KVLM" run -m "$model" -p "$PROMPT" -n "$N_GEN" --temp 0 --verbose 2>&1 >/dev/null | grep 'prefill' | sed -E 's/.*load ([0-9.]+) s \| prompt ([0-9]+) tokens: .* prefilled in [0-9.]+ s \(([0-9.]+) tok\/s\) \| generated [0-9]+ tokens, decode ([0-9.]+) tok\/s \| start to first token ([0-9.]+) s.*/\2 \3 \4 \1 \5/' |
         while read -r n_prompt prefill decode load first; do
             echo "| $(basename "$model" .kvlm) | $n_prompt | $prefill | $decode | $load | $first |"
         done
+    done
 done

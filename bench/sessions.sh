@@ -19,7 +19,7 @@ PARAGRAPH="Lily and Ben went to the park to play with a big red ball. They ran a
 tokens_of() { "$KVLM" tokenize "$1" "$2" --no-bos | wc -w; }
 field() { sed -nE "s#.*$1.*#\\1#p" | head -1; }  # field REGEX-with-one-group < text
 
-echo "| model | history tokens | TTFT restored (s) | TTFT recomputed (s) | speed-up | restore GB/s | KiB written by turn 2 |"
+echo "| model | history tokens | TTFT restored (s) | TTFT recomputed (s) | speed-up | restore GB/s | written by turn 2 |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 for model in "${models[@]}"; do
     [ -f "$model" ] || { echo "skipping $model (missing)" >&2; continue; }
@@ -29,17 +29,16 @@ for model in "${models[@]}"; do
         history=""
         while [ "$(tokens_of "$model" "$history")" -lt "$target" ]; do history+="$PARAGRAPH"; done
         n_hist=$(tokens_of "$model" "$history")
-        name="h$target"
+        name="h$target-$(basename "$model" .kvlm)"
         "$KVLM" run -m "$model" -c "$n_ctx" --session "$name" --session-dir "$STORE" -p "$history" -n 1 --temp 0 -q >/dev/null
-        before=$(du -sk "$STORE/blocks" | cut -f1)
         restored=$("$KVLM" run -m "$model" -c "$n_ctx" --session "$name" --session-dir "$STORE" -p " Then they" -n 4 --temp 0 -v 2>&1 >/dev/null)
-        after=$(du -sk "$STORE/blocks" | cut -f1)
         recomputed=$("$KVLM" run -m "$model" -c "$n_ctx" -p "$history Then they" -n 4 --temp 0 -v 2>&1 >/dev/null)
         t_rest=$(echo "$restored" | field 'start to first token ([0-9.]+) s')
         t_reco=$(echo "$recomputed" | field 'start to first token ([0-9.]+) s')
         gbps=$(echo "$restored" | field 'KV\) in [0-9.]+ s \(([0-9.]+) GB/s')
+        written=$(echo "$restored" | field 'saved ([0-9]+ new block files \([0-9.]+ MiB\))')
         speedup=$(python3 -c "print(f'{$t_reco/$t_rest:.1f}x')")
-        echo "| $(basename "$model" .kvlm) | $n_hist | $t_rest | $t_reco | $speedup | $gbps | $((after - before)) |"
+        echo "| $(basename "$model" .kvlm) | $n_hist | $t_rest | $t_reco | $speedup | $gbps | $written |"
     done
     # Two sessions sharing a ~1000-token system prompt vs two independent stores.
     system=""
