@@ -42,6 +42,13 @@ public:
     virtual void copy_kv_block(int32_t src_block, int32_t dst_block) = 0;
 };
 
+// Argument checks shared by every backend (throw Error prefixed with `backend`, e.g. "cpu backend"):
+// a physical block id inside the pool, and a forward call whose tokens are in the vocabulary and whose
+// positions fit the blocks the table holds.
+void check_kv_block(const char* backend, int32_t block, int32_t n_kv_blocks, const char* what);
+void check_forward_args(const char* backend, const ModelConfig& config, int32_t block_size, int32_t n_kv_blocks,
+                        const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table);
+
 // KV bytes for one token across all layers (K and V) in `kv_dtype`.
 size_t kv_bytes_per_token(const ModelConfig& config, DType kv_dtype);
 

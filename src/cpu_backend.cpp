@@ -89,25 +89,10 @@ public:
     }
 
 private:
-    void check_block(int32_t block, const char* what) const {
-        if (block < 0 || block >= n_kv_blocks_)
-            throw_error("cpu backend: {}: block {} is out of range (the pool has {} blocks)", what, block,
-                        n_kv_blocks_);
-    }
+    void check_block(int32_t block, const char* what) const { check_kv_block("cpu backend", block, n_kv_blocks_, what); }
 
     void check_forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table) const {
-        if (n_tokens < 1) throw_error("cpu backend: forward needs at least one token, got {}", n_tokens);
-        if (pos < 0) throw_error("cpu backend: forward at negative position {}", pos);
-        int64_t end = int64_t(pos) + n_tokens;
-        if (end > int64_t(table.capacity(layout_.block_size)))
-            throw_error("cpu backend: block table holds {} tokens, forward needs {} (reserve_tokens first)",
-                        table.capacity(layout_.block_size), end);
-        int64_t n_blocks_used = (end + layout_.block_size - 1) / layout_.block_size;
-        for (int64_t i = 0; i < n_blocks_used; i++) check_block(table.blocks[size_t(i)], "forward");
-        for (int32_t t = 0; t < n_tokens; t++)
-            if (tokens[t] < 0 || tokens[t] >= config_.n_vocab)
-                throw_error("cpu backend: token id {} at index {} is out of range (vocabulary has {} tokens)",
-                            tokens[t], t, config_.n_vocab);
+        check_forward_args("cpu backend", config_, layout_.block_size, n_kv_blocks_, tokens, n_tokens, pos, table);
     }
 
     // Runs n <= max_batch_ tokens; logits (if not null) get the last token's, or all n with all_logits.

@@ -1,0 +1,28 @@
+// Argument validation shared by the CPU and CUDA backends (so both refuse bad calls with one message).
+#include "backend.h"
+#include "error.h"
+
+namespace kvlm {
+
+void check_kv_block(const char* backend, int32_t block, int32_t n_kv_blocks, const char* what) {
+    if (block < 0 || block >= n_kv_blocks)
+        throw_error("{}: {}: block {} is out of range (the pool has {} blocks)", backend, what, block, n_kv_blocks);
+}
+
+void check_forward_args(const char* backend, const ModelConfig& config, int32_t block_size, int32_t n_kv_blocks,
+                        const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table) {
+    if (n_tokens < 1) throw_error("{}: forward needs at least one token, got {}", backend, n_tokens);
+    if (pos < 0) throw_error("{}: forward at negative position {}", backend, pos);
+    int64_t end = int64_t(pos) + n_tokens;
+    if (end > int64_t(table.capacity(block_size)))
+        throw_error("{}: block table holds {} tokens, forward needs {} (reserve_tokens first)", backend,
+                    table.capacity(block_size), end);
+    int64_t n_blocks_used = (end + block_size - 1) / block_size;
+    for (int64_t i = 0; i < n_blocks_used; i++) check_kv_block(backend, table.blocks[size_t(i)], n_kv_blocks, "forward");
+    for (int32_t t = 0; t < n_tokens; t++)
+        if (tokens[t] < 0 || tokens[t] >= config.n_vocab)
+            throw_error("{}: token id {} at index {} is out of range (vocabulary has {} tokens)", backend, tokens[t], t,
+                        config.n_vocab);
+}
+
+}  // namespace kvlm
