@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include <fmt/ranges.h>
+#include <fmt/format.h>
 
 #include "convert.h"
 #include "error.h"
@@ -180,8 +180,8 @@ TEST_CASE("convert: HF directory with bf16 shards, untied lm_head, generation co
             uint16_t b = f32_to_bf16(v);
             data.append(reinterpret_cast<const char*>(&b), 2);
         }
-        header += fmt::format("{}\"{}\": {{\"dtype\": \"BF16\", \"shape\": [{}], \"data_offsets\": [{}, {}]}}",
-                              header.empty() ? "" : ", ", name, fmt::join(shape, ", "), begin, data.size());
+        header += fmt::format("{}\"{}\": {{\"dtype\": \"BF16\", \"shape\": {}, \"data_offsets\": [{}, {}]}}",
+                              header.empty() ? "" : ", ", name, shape_string(shape), begin, data.size());
         index += fmt::format("{}\"{}\": \"model-0000{}-of-00002.safetensors\"", index.back() == '{' ? "" : ", ", name,
                              s + 1);
     };
