@@ -117,13 +117,8 @@ public:
                         config_.head_dim, kCudaMaxHeadDim);
         stream_ = std::make_unique<Stream>();
         cublas_ = std::make_unique<CublasHandle>();  // loads cuBLAS; throws naming the library when missing
-        n_kv_blocks_ = options.n_kv_blocks > 0 ? options.n_kv_blocks
-                                               : (config_.n_ctx + options.block_size - 1) / options.block_size;
-        layout_.n_layers = config_.n_layers;
-        layout_.block_size = options.block_size;
-        layout_.n_kv_heads = config_.n_kv_heads;
-        layout_.head_dim = config_.head_dim;
-        layout_.dtype = options.kv_dtype;
+        n_kv_blocks_ = kv_block_count(config_, options);
+        layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
 
         upload_weights(weights, show_progress);
         allocate_kv_pool();

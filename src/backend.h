@@ -49,6 +49,9 @@ void check_kv_block(const char* backend, int32_t block, int32_t n_kv_blocks, con
 void check_forward_args(const char* backend, const ModelConfig& config, int32_t block_size, int32_t n_kv_blocks,
                         const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table);
 
+// Physical KV blocks a backend allocates: options.n_kv_blocks, or enough for the model's context when 0.
+int32_t kv_block_count(const ModelConfig& config, const BackendOptions& options);
+
 // KV bytes for one token across all layers (K and V) in `kv_dtype`.
 size_t kv_bytes_per_token(const ModelConfig& config, DType kv_dtype);
 

@@ -1,4 +1,4 @@
-// Argument validation shared by the CPU and CUDA backends (so both refuse bad calls with one message).
+// Argument validation and KV sizing shared by the CPU and CUDA backends (one rule, one message).
 #include "backend.h"
 #include "error.h"
 
@@ -23,6 +23,10 @@ void check_forward_args(const char* backend, const ModelConfig& config, int32_t 
         if (tokens[t] < 0 || tokens[t] >= config.n_vocab)
             throw_error("{}: token id {} at index {} is out of range (vocabulary has {} tokens)", backend, tokens[t], t,
                         config.n_vocab);
+}
+
+int32_t kv_block_count(const ModelConfig& config, const BackendOptions& options) {
+    return options.n_kv_blocks > 0 ? options.n_kv_blocks : (config.n_ctx + options.block_size - 1) / options.block_size;
 }
 
 }  // namespace kvlm

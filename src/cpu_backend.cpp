@@ -23,13 +23,8 @@ public:
         config_.validate("cpu backend");
         check_model_weights(config_, weights_, "cpu backend");
         if (options.block_size < 1) throw_error("cpu backend: block size {} must be at least 1", options.block_size);
-        n_kv_blocks_ = options.n_kv_blocks > 0 ? options.n_kv_blocks
-                                               : (config_.n_ctx + options.block_size - 1) / options.block_size;
-        layout_.n_layers = config_.n_layers;
-        layout_.block_size = options.block_size;
-        layout_.n_kv_heads = config_.n_kv_heads;
-        layout_.head_dim = config_.head_dim;
-        layout_.dtype = options.kv_dtype;
+        n_kv_blocks_ = kv_block_count(config_, options);
+        layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
         size_t total = size_t(n_kv_blocks_) * layout_.block_bytes();
         if (total / layout_.block_bytes() != size_t(n_kv_blocks_)) throw_error("cpu backend: KV cache size overflows");
         kv_ = static_cast<char*>(std::calloc(total, 1));  // zeroed lazily by the OS

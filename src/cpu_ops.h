@@ -21,6 +21,9 @@ struct KvLayout {
     int32_t head_dim = 0;
     DType dtype = DType::f32;
 
+    static KvLayout of(const ModelConfig& config, int32_t block_size, DType dtype) {
+        return KvLayout{config.n_layers, block_size, config.n_kv_heads, config.head_dim, dtype};
+    }
     int64_t row_elements() const { return int64_t(n_kv_heads) * head_dim; }  // one token, one layer, K or V
     int64_t block_elements() const { return int64_t(n_layers) * 2 * block_size * row_elements(); }
     size_t block_bytes() const { return size_t(block_elements()) * dtype_size(dtype); }
