@@ -1,5 +1,7 @@
 # kvlm build. `make` = release binary ./kvlm (with CUDA when nvcc exists, CUDA=0 to skip),
-# `make test`, `make debug` (ASan+UBSan tests), `make models`, `make bench`, `make clean`, `make format`.
+# `make test`, `make test-sanitize` (the tests under ASan+UBSan, as CI runs them), `make debug` (every test
+# under ASan+UBSan, slow), `make fuzz` / `make fuzz-smoke` (libFuzzer targets, docs/FUZZING.md),
+# `make models`, `make bench`, `make clean`, `make format`.
 CXX      ?= g++
 NVCC     ?= nvcc
 ARCH     ?= native
@@ -37,7 +39,7 @@ LIB_OBJ  := $(SRC_CPP:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 TEST_OBJ := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/kvlm_tests
 
-.PHONY: all test debug clean models bench format deps carry
+.PHONY: all test debug test-sanitize fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench format deps carry
 all: $(BIN)
 
 $(BIN): $(BUILD)/main.o $(LIB_OBJ)
@@ -63,9 +65,38 @@ $(BUILD)/%.o: %.cu
 test: $(BIN) $(TEST_BIN)
 	KVLM_BIN=$(abspath $(BIN)) $(TEST_BIN) $(TEST_ARGS)
 
+SAN_FLAGS := -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 debug:
-	$(MAKE) test BUILD=build/debug BIN=build/debug/kvlm CUDA=0 \
-	  CXXFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+	$(MAKE) test BUILD=build/debug BIN=build/debug/kvlm CUDA=0 CXXFLAGS="-O1 -g $(SAN_FLAGS)"
+
+# One clang build serves the sanitized tests and the fuzzers: the library is compiled once with
+# ASan+UBSan plus libFuzzer's coverage hooks (fuzzer-no-link), which plain executables ignore.
+SAN_BUILD  ?= build/sanitize
+SAN_CXXFLAGS := -O1 -g -march=$(ARCH) $(SAN_FLAGS) -fsanitize=fuzzer-no-link
+SAN_MAKE   := $(MAKE) CXX=clang++ CUDA=0 BUILD=$(SAN_BUILD) BIN=$(SAN_BUILD)/kvlm CXXFLAGS="$(SAN_CXXFLAGS)"
+# The sanitized run skips only the cases whose cost is arithmetic over real-size weights, not parsing or
+# bookkeeping (SmolLM2 forward passes); `make debug` runs every case.
+SAN_SKIP   ?= smollm2: *
+test-sanitize:
+	+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(SAN_MAKE) test TEST_ARGS='-tce="$(SAN_SKIP)"'
+
+FUZZ_SRC   := $(filter-out tests/fuzz/fuzz_util.cpp,$(wildcard tests/fuzz/fuzz_*.cpp))
+FUZZ_BINS  := $(FUZZ_SRC:tests/fuzz/%.cpp=$(BUILD)/fuzzers/%)
+FUZZ_TIME  ?= 30
+fuzz:
+	+$(SAN_MAKE) all fuzz-targets
+fuzz-targets: $(FUZZ_BINS)
+$(BUILD)/tests/fuzz/fuzz_util.o: CPPFLAGS += -Itests
+$(BUILD)/fuzzers/%: tests/fuzz/%.cpp $(BUILD)/tests/fuzz/fuzz_util.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) -Itests $(CXXFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/tests/fuzz/fuzz_util.o $(LIB_OBJ) $(LDLIBS)
+# Seed corpora, built from the real files in KVLM_TEST_DATA (default ../shared/models).
+fuzz-corpus:
+	KVLM_BIN=$(abspath $(SAN_BUILD)/kvlm) bash tests/fuzz/make_corpus.sh $(SAN_BUILD)/fuzz-corpus
+# Each target for FUZZ_TIME seconds on its seeds plus the kept regression inputs; any finding fails.
+fuzz-smoke: fuzz fuzz-corpus
+	bash tests/fuzz/run_fuzzers.sh $(SAN_BUILD) $(FUZZ_TIME)
 
 # Portable CUDA binaries (kvlm, kvlm_tests) plus test data in .carry/ for a lent GPU machine: docs/CUDA.md.
 carry:

@@ -1,5 +1,6 @@
 // kvlm command line: parses flags (CLI11 subcommands) and dispatches to the cmd_* functions in src/.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -24,6 +25,9 @@ static void add_sampling_flags(CLI::App* app, SamplingParams& s, bool* seed_give
 }
 
 int main(int argc, char** argv) {
+    // Over a file size limit (ulimit -f), write() then fails with EFBIG, which the writers report and
+    // recover from (a session save keeps the previous state), instead of the process dying mid-save.
+    std::signal(SIGXFSZ, SIG_IGN);
     CLI::App app{"kvlm: a command-line LLM runner built around the KV cache"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "kvlm 0.1.0");
@@ -79,6 +83,24 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--session", run.session, "Continue session NAME (restore its KV), then save it");
     run_cmd->add_option("--session-dir", run.session_dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
     run_cmd->add_option("--session-quota", run.session_quota, "Session store size cap, LRU-evicted (default 4GiB)");
+
+    BenchOptions bench;
+    auto* bench_cmd = app.add_subcommand("bench", "Measure prefill/decode throughput and cache scenarios (llama-bench style)");
+    bench_cmd->add_option("-m,--model", bench.model_path, "Model file (.kvlm)")->required();
+    bench_cmd->add_option("-p,--n-prompt", bench.prompt_lengths, "Prompt lengths to prefill, comma-separated (0 = none)")
+        ->delimiter(',')->capture_default_str();
+    bench_cmd->add_option("-n,--n-gen", bench.gen_lengths, "Tokens to decode, comma-separated (0 = none)")
+        ->delimiter(',')->capture_default_str();
+    bench_cmd->add_option("-d,--depth", bench.depths, "Context depths (tokens already in KV), comma-separated")
+        ->delimiter(',')->capture_default_str();
+    bench_cmd->add_option("-r,--repetitions", bench.n_reps, "Repetitions of each test")->capture_default_str();
+    bench_cmd->add_option("-o,--output", bench.output, "md or json, on stdout")->capture_default_str();
+    bench_cmd->add_option("--device", bench.device, "auto, cuda or cpu")->capture_default_str();
+    bench_cmd->add_option("-t,--threads", bench.n_threads, "CPU threads (default: all cores)");
+    bench_cmd->add_option("--block-size", bench.block_size, "Tokens per KV block")->capture_default_str();
+    bench_cmd->add_option("--scenario-tokens", bench.scenario_tokens,
+                          "History length of the prefix-cache and session scenarios (default: the first -p)");
+    bench_cmd->add_flag("!--no-scenarios", bench.scenarios, "Only the throughput tests");
 
     ChatOptions chat;
     bool chat_seed_given = false;
@@ -140,6 +162,7 @@ int main(int argc, char** argv) {
             return cmd_chat(chat);
         }
         if (*session_cmd) return cmd_session(session);
+        if (*bench_cmd) return cmd_bench(bench);
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "error: %s\n", e.what());

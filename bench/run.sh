@@ -1,41 +1,54 @@
 #!/usr/bin/env bash
-# `make bench`: a standard set of CPU generation figures through `kvlm run --verbose` (prefill and
-# decode tok/s, load and first-token time) for the models that exist here, printed as a markdown table.
-# Models: stories260K (converted from ../shared), SmolLM2-135M-Instruct (make models) in f32 and bf16,
-# and a synthetic Llama-3.2-1B shape in bf16 (generated once into models/cache/).
+# `make bench`: the standard `kvlm bench` set on whatever device `--device auto` picks, as markdown on stdout
+# and in build/bench/<date>-<device>.md. Models: stories260K (converted from ../shared), SmolLM2-135M-Instruct
+# (make models) in bf16, synthetic Llama-3.2-1B in bf16, and on a GPU synthetic Llama-3-8B in bf16 (16 GB,
+# generated once into models/cache/; BENCH_8B=0 skips it). The plan is smaller on a CPU, where the large
+# shapes take minutes per repetition. Override with PLAN="-p ... -n ... -r ...".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVLM=${KVLM:-./kvlm}
 DATA=${KVLM_TEST_DATA:-../shared/models}
 CACHE=models/cache
-N_GEN=${N_GEN:-64}
-REPS=${REPS:-1}
-mkdir -p "$CACHE"
+DEVICE=${DEVICE:-auto}
+mkdir -p "$CACHE" build/bench
 
 ensure() {  # ensure OUT convert-args...
     local out=$1; shift
     [ -f "$out" ] || "$KVLM" convert "$@" -o "$out" --quiet
 }
+
 ensure "$CACHE/stories260K.kvlm" "$DATA/stories260K/stories260K.gguf"
-GGUF="$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [ -f "$GGUF" ]; then
-    ensure "$CACHE/smollm2-135m-f32.kvlm" "$GGUF" --dtype f32
-    ensure "$CACHE/smollm2-135m-bf16.kvlm" "$GGUF" --dtype bf16
+gpu=0
+if [ "$DEVICE" != cpu ] && "$KVLM" run -m "$CACHE/stories260K.kvlm" --device cuda -p Hi -n 1 -q >/dev/null 2>&1; then
+    gpu=1
 fi
+GGUF="$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
+[ -f "$GGUF" ] && ensure "$CACHE/smollm2-135m-bf16.kvlm" "$GGUF" --dtype bf16
 ensure "$CACHE/synthetic-llama-3.2-1b-bf16.kvlm" --synthetic llama-3.2-1b --tokenizer "$DATA/tokenizers/llama3" --dtype bf16
+models=("$CACHE/stories260K.kvlm" "$CACHE/smollm2-135m-bf16.kvlm" "$CACHE/synthetic-llama-3.2-1b-bf16.kvlm")
+if [ "$gpu" = 1 ] && [ "${BENCH_8B:-1}" = 1 ]; then
+    ensure "$CACHE/synthetic-llama-3-8b-bf16.kvlm" --synthetic llama-3-8b --tokenizer "$DATA/tokenizers/llama3" --dtype bf16
+    models+=("$CACHE/synthetic-llama-3-8b-bf16.kvlm")
+fi
 
-# A prompt of about 128 tokens for every model.
-PROMPT=$(printf 'The quick brown fox jumps over the lazy dog while the little girl named Lily plays in the park. %.0s' $(seq 1 6))
+plan_for() {  # plan_for MODEL -> kvlm bench flags
+    if [ -n "${PLAN:-}" ]; then echo "$PLAN"; return; fi
+    if [ "$gpu" = 1 ]; then echo "-p 512,2048 -n 128 -d 0,4096 -r 5"; return; fi
+    case "$(basename "$1")" in
+        stories260K.kvlm) echo "-p 512 -n 128 -r 5" ;;
+        smollm2-*) echo "-p 128 -n 32 -r 3" ;;
+        *) echo "-p 32 -n 8 -r 2 --no-scenarios" ;;
+    esac
+}
 
-echo "| model | prompt tokens | prefill tok/s | decode tok/s | load s | start to first token s |"
-echo "| --- | --- | --- | --- | --- | --- |"
-for model in "$CACHE/stories260K.kvlm" "$CACHE/smollm2-135m-f32.kvlm" "$CACHE/smollm2-135m-bf16.kvlm" \
-             "$CACHE/synthetic-llama-3.2-1b-bf16.kvlm"; do
-    [ -f "$model" ] || continue
-    for _ in $(seq 1 "$REPS"); do
-        "$KVLM" run -m "$model" -p "$PROMPT" -n "$N_GEN" --temp 0 --verbose 2>&1 >/dev/null | grep 'prefill' | sed -E 's/.*load ([0-9.]+) s \| prompt ([0-9]+) tokens: .* prefilled in [0-9.]+ s \(([0-9.]+) tok\/s\) \| generated [0-9]+ tokens, decode ([0-9.]+) tok\/s \| start to first token ([0-9.]+) s.*/\2 \3 \4 \1 \5/' |
-        while read -r n_prompt prefill decode load first; do
-            echo "| $(basename "$model" .kvlm) | $n_prompt | $prefill | $decode | $load | $first |"
-        done
+out="build/bench/$(date +%F)-$([ "$gpu" = 1 ] && echo gpu || echo cpu).md"
+{
+    echo "kvlm bench, $(date +%F), $([ "$gpu" = 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') ($(nproc) cores)"
+    for model in "${models[@]}"; do
+        [ -f "$model" ] || continue
+        # shellcheck disable=SC2046
+        echo && echo "### $(basename "$model" .kvlm): kvlm bench $(plan_for "$model")" && echo
+        "$KVLM" bench -m "$model" --device "$DEVICE" $(plan_for "$model")
     done
-done
+} | tee "$out"
+echo "written to $out" >&2

@@ -12,6 +12,7 @@
 #include "cpu_ops.h"
 #include "cublas_loader.h"
 #include "cuda_backend.h"
+#include "device_peaks.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "error.h"
@@ -133,6 +134,13 @@ public:
 
     std::string name() const override { return name_; }
     const ModelConfig& config() const override { return config_; }
+    DevicePeaks peaks() const override {
+        int clock_khz = 0, bus_bits = 0;
+        if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess) clock_khz = 0;
+        if (cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) != cudaSuccess) bus_bits = 0;
+        cudaGetLastError();
+        return cuda_device_peaks(prop_.name, clock_khz, bus_bits);
+    }
     size_t kv_block_bytes() const override { return layout_.block_bytes(); }
 
     void read_kv_block(int32_t block, void* dst) const override {

@@ -23,6 +23,14 @@ struct BackendOptions {
     DType kv_dtype = DType::f32;  // element type of the KV cache
 };
 
+// Published peak figures of the device a backend runs on, for roofline fractions in `kvlm bench`;
+// 0 when unknown (the CPU backend, an unlisted GPU).
+struct DevicePeaks {
+    double memory_gb_s = 0;   // DRAM/HBM bandwidth, GB/s (1e9 bytes)
+    double bf16_tflops = 0;   // dense bf16 tensor-core throughput with f32 accumulation, TFLOP/s
+    std::string source;       // where the figures come from ("datasheet: H100 SXM5", "clock x bus width")
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -40,6 +48,7 @@ public:
     virtual void read_kv_block(int32_t block, void* dst) const = 0;    // block record -> host memory
     virtual void write_kv_block(int32_t block, const void* src) = 0;   // host memory -> block record
     virtual void copy_kv_block(int32_t src_block, int32_t dst_block) = 0;
+    virtual DevicePeaks peaks() const { return {}; }
 };
 
 // Argument checks shared by every backend (throw Error prefixed with `backend`, e.g. "cpu backend"):

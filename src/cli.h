@@ -99,7 +99,24 @@ struct SessionOptions {
 };
 int cmd_session(const SessionOptions& options);
 
+struct BenchOptions {
+    std::string model_path;
+    std::vector<int32_t> prompt_lengths = {512};  // -p: prefill tests (0 = none)
+    std::vector<int32_t> gen_lengths = {128};     // -n: decode tests (0 = none)
+    std::vector<int32_t> depths = {0};            // -d: tokens already in context before each test
+    int32_t n_reps = 5;                           // -r
+    std::string device = "auto";
+    int32_t n_threads = 0;
+    int32_t block_size = 16;
+    std::string output = "md";                    // md | json (stdout)
+    bool scenarios = true;                        // cache/session/cold-start rows
+    int32_t scenario_tokens = 0;                  // history length for the cache scenarios (0 = first -p)
+};
+int cmd_bench(const BenchOptions& options);
+
 // "512MiB", "4GiB", "1000000" (bytes) -> bytes; throws Error naming the flag on bad input.
 uint64_t parse_byte_size(const std::string& text, const char* flag_name);
+// bytes -> "96KiB", "1.3GiB": rounded up to one decimal, so parse_byte_size of it is at least `bytes`.
+std::string byte_size_text(uint64_t bytes);
 
 }  // namespace kvlm

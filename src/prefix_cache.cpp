@@ -267,4 +267,10 @@ PrefixCacheStats PrefixCache::stats() const {
     return s;
 }
 
+int32_t PrefixCache::evict_unreferenced() {
+    int32_t n = 0;
+    while (impl_->evict_one()) n++;
+    return n;
+}
+
 }  // namespace kvlm

@@ -68,6 +68,8 @@ public:
     int32_t adopt_block(const BlockHash& hash, const BlockHash& parent, const void* kv_bytes, bool full = true);
 
     PrefixCacheStats stats() const;
+    // Evicts every cached block no sequence references (a cold cache for benchmarks); returns how many.
+    int32_t evict_unreferenced();
 
 private:
     struct Impl;

@@ -147,7 +147,9 @@ TEST_CASE("chat template: built-in names give the published template texts") {
     };
     std::vector<std::string> names = ChatTemplate::builtin_names();
     CHECK(names.size() == 6);
-    for (const auto& [name, ref] : files) {
+    for (const auto& file : files) {
+        const std::string& name = file.first;
+        const auto& ref = file.second;
         INFO(name);
         CHECK(std::find(names.begin(), names.end(), name) != names.end());
         std::string text;
@@ -194,7 +196,9 @@ TEST_CASE("chat template: syntax errors and unsupported constructs name the line
         {"{{ 99999999999999999999999 }}", 1},
         {"{{ '\\u12' }}", 1},
     };
-    for (const auto& [source, line] : bad) {
+    for (const auto& bad_case : bad) {
+        const auto& source = bad_case.first;
+        const auto& line = bad_case.second;
         INFO("source: " << source);
         std::string err = error_of([&] { ChatTemplate::parse(source); });
         CHECK(starts_with(err, "chat template: "));
@@ -214,7 +218,9 @@ TEST_CASE("chat template: runtime errors name the line") {
         {"\n{{ messages is frobnicated }}", "unknown test"},
         {"\n{{ messages[0] + 'x' }}", "'index 0' is undefined"},
     };
-    for (const auto& [source, message] : bad) {
+    for (const auto& bad_case : bad) {
+        const auto& source = bad_case.first;
+        const auto& message = bad_case.second;
         INFO("source: " << source);
         ChatTemplate t = ChatTemplate::parse(source);
         std::string err = error_of([&] { t.render({}, false, "", ""); });
@@ -302,7 +308,9 @@ TEST_CASE("chat template: prefix property (append only the new turn) agrees with
     for (const auto& conv : doc.at("prefix_conversations")) conversations.push_back(to_messages(conv));
     std::string violators;
     int n_checked = 0;
-    for (const auto& [ref, want] : doc.at("prefix_property").items()) {
+    for (const auto& item : doc.at("prefix_property").items()) {
+        const std::string& ref = item.key();
+        const auto& want = item.value();
         const ChatTemplate* t = load(ref);
         if (!t) continue;
         bool append = true, generation = true;

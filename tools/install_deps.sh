@@ -4,7 +4,8 @@
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-packages=(g++ make python3 python3-pip libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libedit-dev tmux)
+packages=(g++ make python3 python3-pip libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libedit-dev tmux
+          clang libclang-rt-14-dev)  # clang + compiler-rt: the sanitizer and libFuzzer builds
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
