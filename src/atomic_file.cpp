@@ -30,23 +30,23 @@ std::string temp_name_for(const std::string& path) {
 
 void fsync_directory(const std::string& dir) {
     int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-    if (fd < 0) throw_error("{}: cannot open directory to sync it: {}", dir, std::strerror(errno));
+    if (fd < 0) throw_error("{}: cannot open directory to sync it: {}", dir, os_error_text(errno));
     int rc = ::fsync(fd);
     int err = errno;
     ::close(fd);
-    if (rc != 0 && err != EINVAL) throw_error("{}: fsync of the directory failed: {}", dir, std::strerror(err));
+    if (rc != 0 && err != EINVAL) throw_error("{}: fsync of the directory failed: {}", dir, os_error_text(err));
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t size, const std::string& display_name,
                        bool sync_dir) {
     std::string temp = temp_name_for(path);
     int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) throw_error("{}: cannot create {}: {}", display_name, temp, std::strerror(errno));
+    if (fd < 0) throw_error("{}: cannot create {}: {}", display_name, temp, os_error_text(errno));
     auto fail = [&](const char* action) {
         int err = errno;
         ::close(fd);
         ::unlink(temp.c_str());
-        throw_error("{}: {}: {}", display_name, action, std::strerror(err));
+        throw_error("{}: {}: {}", display_name, action, os_error_text(err));
     };
     const uint8_t* p = static_cast<const uint8_t*>(data);
     size_t left = size;
@@ -64,12 +64,12 @@ void write_file_atomic(const std::string& path, const void* data, size_t size, c
     if (::close(fd) != 0) {
         int err = errno;
         ::unlink(temp.c_str());
-        throw_error("{}: close failed: {}", display_name, std::strerror(err));
+        throw_error("{}: close failed: {}", display_name, os_error_text(err));
     }
     if (::rename(temp.c_str(), path.c_str()) != 0) {
         int err = errno;
         ::unlink(temp.c_str());
-        throw_error("{}: cannot rename {} to {}: {}", display_name, temp, path, std::strerror(err));
+        throw_error("{}: cannot rename {} to {}: {}", display_name, temp, path, os_error_text(err));
     }
     if (sync_dir) fsync_directory(dir_of(path));
 }
@@ -113,7 +113,7 @@ bool read_whole_file(const std::string& path, std::vector<uint8_t>* out) {
 void make_directories(const std::string& dir) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    if (ec) throw_error("{}: cannot create directory: {}", dir, ec.message());
+    if (ec) throw_error("{}: cannot create directory: {}", dir, os_error_text(ec.value()));
 }
 
 }  // namespace kvlm

@@ -83,27 +83,29 @@ FileWriter::~FileWriter() {
 }
 
 void FileWriter::fail(const char* action) const {
-    throw_error("{}: {} at offset {}: {}", display_name_, action, position_, std::strerror(errno));
+    int err = errno;
+    throw_error("{}: {} at offset {}: {}", display_name_, action, position_,
+                err ? os_error_text(err) : std::string("unknown error (is the disk full?)"));
 }
 
 void FileWriter::write_bytes(const void* data, size_t n_bytes) {
     KVLM_ASSERT(file_ != nullptr, "write after close");
     if (n_bytes == 0) return;
     errno = 0;
-    if (std::fwrite(data, 1, n_bytes, file_) != n_bytes) fail("write failed (disk full?)");
+    if (std::fwrite(data, 1, n_bytes, file_) != n_bytes) fail("write failed");
     position_ += n_bytes;
 }
 
 void FileWriter::seek(uint64_t offset) {
     KVLM_ASSERT(file_ != nullptr, "seek after close");
-    if (std::fflush(file_) != 0) fail("write failed (disk full?)");
+    if (std::fflush(file_) != 0) fail("write failed");
     if (fseeko(file_, off_t(offset), SEEK_SET) != 0) fail("seek failed");
     position_ = offset;
 }
 
 void FileWriter::sync_and_close() {
     KVLM_ASSERT(file_ != nullptr, "close twice");
-    if (std::fflush(file_) != 0) fail("write failed (disk full?)");
+    if (std::fflush(file_) != 0) fail("write failed");
     if (::fsync(fileno(file_)) != 0) fail("fsync failed");
     std::FILE* f = file_;
     file_ = nullptr;

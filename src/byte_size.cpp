@@ -1,4 +1,4 @@
-// Parsing human byte sizes for flags such as --kv-mem. "KiB/MiB/GiB/TiB" and bare "K/M/G/T" are powers
+// Parsing (and printing) human byte sizes for flags such as --kv-mem. "KiB/MiB/GiB/TiB" and bare "K/M/G/T" are powers
 // of 1024; "KB/MB/GB/TB" are powers of 1000 (SI); a plain number or "B" is bytes. Case-insensitive.
 #include <cctype>
 #include <cmath>
@@ -44,6 +44,20 @@ uint64_t parse_byte_size(const std::string& text, const char* flag_name) {
     long double value = std::stold(digits) * multiplier;
     if (!(value < 18446744073709551616.0L)) return fail("too large");
     return uint64_t(value);
+}
+
+std::string byte_size_text(uint64_t bytes) {
+    static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    uint64_t scale = 1;
+    while (u < 4 && bytes >= scale * 1024) {
+        scale *= 1024;
+        u++;
+    }
+    if (u == 0) return std::to_string(bytes) + "B";
+    uint64_t tenths = bytes / scale * 10 + (bytes % scale * 10 + scale - 1) / scale;  // rounded up
+    if (tenths % 10 == 0) return std::to_string(tenths / 10) + units[u];
+    return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + units[u];
 }
 
 }  // namespace kvlm

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -68,6 +69,7 @@ public:
 
     const std::string& name() const { return name_; }
     std::string state_path(const std::string& name) const { return store_.dir() + "/chats/" + name + ".chat"; }
+    std::string next_state_path(const std::string& name) const { return state_path(name) + ".new"; }
 
     // Makes `name` current; if it exists, loads it into `chat` (transactional: on error nothing changes).
     void open(const std::string& name, Engine& engine, ChatSession& chat) {
@@ -79,11 +81,21 @@ public:
             restored = restore_session(engine, store_, name, seq);
             if (restored.existed) {
                 std::vector<uint8_t> state;
-                if (!read_whole_file(state_path(name), &state))
+                bool adopted = false;
+                // save() writes NAME.chat.new before the manifest and renames it over NAME.chat after: if it
+                // stopped in between, .new is the state that matches the manifest (else it is stale).
+                if (read_whole_file(next_state_path(name), &state)) {
+                    try {
+                        chat.adopt(seq, restored.transcript, state, next_state_path(name));
+                        adopted = true;
+                    } catch (const Error&) {
+                    }
+                }
+                if (!adopted && !read_whole_file(state_path(name), &state))
                     throw_error("session '{}' has no chat state ({} is missing: it was not saved by kvlm chat); "
                                 "use another name or remove it with `kvlm session rm {}`",
                                 name, state_path(name), name);
-                chat.adopt(seq, restored.transcript, state, state_path(name));
+                if (!adopted) chat.adopt(seq, restored.transcript, state, state_path(name));
             }
         } catch (...) {
             engine.prefix_cache().release(seq);
@@ -109,10 +121,29 @@ public:
             other = store_.lock_session(target);
             fresh.existed = store_.has_session(target);
         }
-        save_session(engine, store_, target, chat.sequence(), chat.transcript(), restored, quota_);
-        make_directories(store_.dir() + "/chats");
+        // The messages (chats/NAME.chat) and the manifest must describe the same transcript, but two files
+        // cannot be replaced at once: the new messages go to NAME.chat.new first, the manifest second, and
+        // the rename to NAME.chat last; open() takes .new when it matches the manifest. A failure before
+        // the manifest is replaced leaves the previous state whole.
         std::vector<uint8_t> state = chat.encode_state();
-        write_file_atomic(state_path(target), state.data(), state.size(), state_path(target));
+        const std::string next = next_state_path(target);
+        try {
+            make_directories(store_.dir() + "/chats");
+            write_file_atomic(next, state.data(), state.size(), next);
+        } catch (const Error& e) {
+            throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact and this "
+                        "turn was not saved (free some disk space or choose another --session-dir)",
+                        target, store_.dir(), e.what());
+        }
+        try {
+            save_session(engine, store_, target, chat.sequence(), chat.transcript(), restored, quota_);
+        } catch (...) {
+            ::unlink(next.c_str());
+            throw;
+        }
+        if (::rename(next.c_str(), state_path(target).c_str()) != 0)
+            throw_error("session '{}': cannot rename {} to {}: {} (the session is saved; the next load uses {})",
+                        target, next, state_path(target), std::strerror(errno), next);
         if (&restored == &restored_) {
             restored_.existed = true;
             restored_.bad_blocks.clear();

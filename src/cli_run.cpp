@@ -79,6 +79,20 @@ void print_pool_stats(Engine& engine, uint64_t logits_hash) {
                  (long long)cache.n_hit_blocks, (long long)cache.n_evictions, (unsigned long long)logits_hash);
 }
 
+// Generation cut short by a full context or KV pool says so on stderr: the text is never silently truncated.
+void report_cut_short(Engine& engine, const GenerationResult& result, const std::string& label) {
+    int32_t n_generated = int32_t(result.generated.size());
+    if (result.stop_reason == "context full")
+        std::fprintf(stderr,
+                     "kvlm: %sstopped after %d tokens: context full (%d tokens; raise it with -c, up to the model's "
+                     "%d)\n",
+                     label.c_str(), n_generated, engine.n_ctx(), engine.model().config().n_ctx);
+    else if (result.stop_reason == "KV cache full")
+        std::fprintf(stderr,
+                     "kvlm: %sstopped after %d tokens: KV cache full (the pool holds %lld tokens; raise --kv-mem)\n",
+                     label.c_str(), n_generated, (long long)engine.n_pool_tokens());
+}
+
 // The prompt is prefilled once; each of the options.n_samples completions decodes on a fork of it (the
 // last one on the prompt sequence itself), with its own sampler seeded seed + i. On stdout, completion i
 // (1-based, i >= 2) is preceded by the delimiter "\n--- sample i ---\n".
@@ -107,12 +121,8 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
         result.prefill_seconds = i == 0 ? prompt.seconds : 0;
         result.first_token_seconds += result.prefill_seconds;
 
-        int32_t n_generated = int32_t(result.generated.size());
         std::string label = options.n_samples > 1 ? fmt::format("sample {}: ", i + 1) : "";
-        if (!options.quiet && (result.stop_reason == "context full" || result.stop_reason == "KV cache full"))
-            std::fprintf(stderr,
-                         "kvlm: %sstopped after %d tokens: %s (context %d tokens; raise it with -c or --kv-mem)\n",
-                         label.c_str(), n_generated, result.stop_reason.c_str(), engine.n_ctx());
+        if (!options.quiet) report_cut_short(engine, result, label);
         if (options.verbose) {
             print_stats(engine, result, label, setup_seconds);
             print_pool_stats(engine, result.logits_hash);
@@ -153,6 +163,7 @@ int cmd_run(const RunOptions& options) {
             newline_last = text.back() == '\n';
         });
         if (!newline_last && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
+        if (!options.quiet) report_cut_short(engine, result, "");
         if (options.verbose) {
             print_stats(engine, result, "", setup_seconds);
             print_pool_stats(engine, result.logits_hash);

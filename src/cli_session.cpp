@@ -45,7 +45,8 @@ std::string time_text(int64_t unix_seconds) {
 int session_ls(SessionStore& store) {
     std::vector<SessionInfo> sessions = store.list();
     if (sessions.empty()) {
-        std::printf("no sessions in %s\n", store.dir().c_str());
+        bool exists = ::access(store.dir().c_str(), F_OK) == 0;
+        std::printf("no sessions in %s%s\n", store.dir().c_str(), exists ? "" : " (the directory does not exist yet)");
         return 0;
     }
     std::printf("%-24s %8s %8s %10s  %-19s %s\n", "NAME", "TOKENS", "IN KV", "SIZE", "LAST USED", "");
@@ -162,6 +163,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         std::vector<int32_t> new_ids =
             restored.existed ? engine.tokenizer().encode(prompt, /*add_bos=*/false, /*parse_special=*/true)
                              : fresh_prompt_ids;
+        if (restored.existed) check_session_fits(engine, options.session, restored.transcript.size(), new_ids.size());
         std::vector<int32_t> prompt_ids = tokens_to_prefill(engine, seq, restored, new_ids);
         int32_t n_restored = seq.table.n_tokens;
         Sampler sampler(options.sampling);

@@ -79,4 +79,9 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
 
 Engine::~Engine() = default;
 
+uint64_t Engine::kv_mem_for_tokens(int64_t n_tokens) const {
+    int64_t n_blocks = (n_tokens + pool_->block_size() - 1) / pool_->block_size();
+    return uint64_t(n_blocks) * backend_->kv_block_bytes();
+}
+
 }  // namespace kvlm

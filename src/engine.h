@@ -43,6 +43,9 @@ public:
     PrefixCache& prefix_cache() { return *prefix_cache_; }
     DType kv_dtype() const { return kv_dtype_; }
     int32_t n_ctx() const { return n_ctx_; }
+    // Tokens the whole KV pool holds, and the --kv-mem budget whose pool holds n_tokens (whole blocks).
+    int64_t n_pool_tokens() const { return int64_t(pool_->n_blocks()) * pool_->block_size(); }
+    uint64_t kv_mem_for_tokens(int64_t n_tokens) const;
     const std::string& device_name() const { return device_name_; }
     double load_seconds() const { return load_seconds_; }
 

@@ -18,6 +18,10 @@ template <typename... Args>
     throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
 
+// strerror(err), plus what it means for the user where that is not obvious: "File too large (EFBIG: a file
+// size limit, see ulimit -f)", "No space left on device (ENOSPC: the disk is full)".
+std::string os_error_text(int err);
+
 [[noreturn]] void assertion_failed(const char* condition, const char* file, int line, const std::string& message);
 
 }  // namespace kvlm

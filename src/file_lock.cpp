@@ -23,7 +23,11 @@ FileLock& FileLock::operator=(FileLock&& other) noexcept {
 
 int FileLock::open_file(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) throw_error("{}: cannot create lock file: {}", path, std::strerror(errno));
+    if (fd >= 0) return fd;
+    int err = errno;
+    // flock works on a read-only descriptor too: readers of a store they may not write (ls, verify) can lock.
+    if (err == EACCES || err == EROFS) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw_error("{}: cannot create lock file: {}", path, std::strerror(err));
     return fd;
 }
 

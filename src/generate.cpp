@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "cli.h"
 #include "error.h"
 
 namespace kvlm {
@@ -27,6 +28,12 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
                     "model's {}, or shorten the prompt)",
                     prompt.size(), n_before ? fmt::format(" on top of {} already in context", n_before) : "", n_ctx,
                     engine.model().config().n_ctx);
+    if (int64_t(n_before) + int64_t(prompt.size()) > engine.n_pool_tokens())
+        throw_error("the prompt is {} tokens{}, more than the KV pool holds ({} tokens in {} blocks of {}; raise "
+                    "--kv-mem to {} or more, or shorten the prompt)",
+                    prompt.size(), n_before ? fmt::format(" on top of {} already in context", n_before) : "",
+                    engine.n_pool_tokens(), engine.pool().n_blocks(), engine.pool().block_size(),
+                    byte_size_text(engine.kv_mem_for_tokens(int64_t(n_before) + int64_t(prompt.size()))));
     for (int32_t id : prompt)
         if (id < 0 || id >= n_vocab) throw_error("prompt token id {} is outside the vocabulary (0..{})", id, n_vocab - 1);
 

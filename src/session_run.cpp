@@ -5,6 +5,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "cli.h"
 #include "error.h"
 
 namespace kvlm {
@@ -102,10 +103,30 @@ RestoredSession adopt_session_image(Engine& engine, const SessionImage& image, S
     return r;
 }
 
+void check_session_fits(Engine& engine, const std::string& name, size_t n_saved, size_t n_new) {
+    const size_t n_tokens = n_saved + n_new;
+    std::string what = n_new == 0 ? fmt::format("session '{}' holds {} tokens", name, n_saved)
+                                  : fmt::format("session '{}' holds {} tokens and the new prompt adds {}", name,
+                                                n_saved, n_new);
+    if (n_tokens > size_t(engine.model().config().n_ctx))
+        throw_error("{}, more than the model's context of {} tokens (start a new session; this one is unchanged)",
+                    what, engine.model().config().n_ctx);
+    if (n_tokens > size_t(engine.n_ctx()))
+        throw_error("{}, more than the context of {} tokens (continue it with -c {} or more, up to the model's {}; "
+                    "the session is unchanged)",
+                    what, engine.n_ctx(), n_tokens, engine.model().config().n_ctx);
+    if (int64_t(n_tokens) > engine.n_pool_tokens())
+        throw_error("{}, more than the KV pool holds ({} tokens in {} blocks of {}; continue it with --kv-mem {} or "
+                    "more; the session is unchanged)",
+                    what, engine.n_pool_tokens(), engine.pool().n_blocks(), engine.pool().block_size(),
+                    byte_size_text(engine.kv_mem_for_tokens(int64_t(n_tokens))));
+}
+
 RestoredSession restore_session(Engine& engine, const SessionStore& store, const std::string& name, Sequence& seq) {
     SessionStore::check_name(name);
     if (!store.has_session(name)) return RestoredSession{};
     SessionImage image = read_session_image(store, name, session_identity(engine), engine.backend().kv_block_bytes());
+    check_session_fits(engine, name, image.manifest.tokens.size(), 0);
     return adopt_session_image(engine, image, seq);
 }
 
@@ -172,8 +193,10 @@ int32_t save_session(Engine& engine, SessionStore& store, const std::string& nam
     try {
         n_written = store.save(name, m, engine.prefix_cache().kv_namespace(), block_bytes, read_payload, restored.bad_blocks);
     } catch (const Error& e) {
-        throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact", name,
-                    store.dir(), e.what());
+        throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact and this "
+                    "turn was not saved (free some disk space or choose another --session-dir, then run the turn "
+                    "again)",
+                    name, store.dir(), e.what());
     }
     store.collect(&superseded, quota);
     return n_written;

@@ -46,7 +46,12 @@ struct RestoredSession {
 // is left to recompute (with a warning).
 RestoredSession adopt_session_image(Engine& engine, const SessionImage& image, Sequence& seq);
 
-// Both phases; a session that does not exist yet gives existed = false and an untouched seq.
+// Throws Error (naming the numbers and the -c / --kv-mem value that would do) if a session of n_saved
+// tokens plus n_new new prompt tokens does not fit the engine's context or KV pool.
+void check_session_fits(Engine& engine, const std::string& name, size_t n_saved, size_t n_new);
+
+// Both phases; a session that does not exist yet gives existed = false and an untouched seq. A session
+// larger than the context or the KV pool is refused (check_session_fits) before the pool is touched.
 RestoredSession restore_session(Engine& engine, const SessionStore& store, const std::string& name, Sequence& seq);
 
 // The tokens a turn must prefill on top of a restored seq: the transcript tokens not in its K/V, then the

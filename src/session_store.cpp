@@ -35,6 +35,12 @@ uint64_t file_size_or_zero(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
 }
 
+// False for any failure (missing, or no permission to look): callers then treat the path as absent.
+bool path_exists(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0;
+}
+
 struct BlockFile {
     std::string path;
     BlockHash hash;
@@ -136,6 +142,11 @@ std::vector<std::string> SessionStore::session_names() const {
         if (file.size() > n && file.compare(file.size() - n, n, kManifestSuffix) == 0 && file[0] != '.')
             names.push_back(file.substr(0, file.size() - n));
     }
+    // A store that does not exist yet has no sessions; one that cannot be read is not "empty".
+    if (ec && ec != std::errc::no_such_file_or_directory)
+        throw_error("session directory {}: cannot list {}/sessions: {} (choose another with --session-dir or "
+                    "KVLM_SESSION_DIR)",
+                    dir_, dir_, ec.message());
     std::sort(names.begin(), names.end());
     return names;
 }
@@ -152,13 +163,16 @@ std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash
     std::string path = block_path(ref.hash);
     std::vector<uint8_t> bytes;
     try {
-        if (!read_whole_file(path, &bytes)) return "missing";
-        BlockFileHeader h = decode_block_header(bytes.data(), bytes.size(), bytes.size(), path);
+        // The header first: a damaged or foreign file is refused without reading (or allocating) its size.
+        if (!read_file_head(path, kBlockHeaderSize, &bytes)) return "missing";
+        BlockFileHeader h = decode_block_header(bytes.data(), bytes.size(), file_size_or_zero(path), path);
         if (h.kv_namespace != kv_namespace) return "belongs to another model or KV layout (namespace mismatch)";
         if (h.hash != ref.hash) return "header names another block (" + h.hash.hex() + ")";
         if (h.n_tokens != ref.n_tokens) return fmt::format("holds {} tokens, expected {}", h.n_tokens, ref.n_tokens);
         if (h.payload_size != payload_size)
             return fmt::format("payload is {} bytes, expected {}", h.payload_size, payload_size);
+        if (!read_whole_file(path, &bytes)) return "missing";
+        if (bytes.size() != kBlockHeaderSize + payload_size) return "changed while being read";
         uint64_t actual = payload_checksum(bytes.data() + kBlockHeaderSize, payload_size);
         if (actual != h.payload_checksum || actual != ref.checksum) return "checksum mismatch (the file is damaged)";
     } catch (const Error& e) {
@@ -228,7 +242,7 @@ void SessionStore::write_manifest(const std::string& name, const SessionManifest
 std::vector<SessionInfo> SessionStore::list() const {
     std::vector<SessionInfo> out;
     FileLock store_lock;
-    if (fs::exists(store_lock_path(dir_))) store_lock.lock(store_lock_path(dir_), FileLock::Mode::shared);
+    if (path_exists(store_lock_path(dir_))) store_lock.lock(store_lock_path(dir_), FileLock::Mode::shared);
     for (const std::string& name : session_names()) {
         SessionInfo info;
         info.name = name;
@@ -277,7 +291,7 @@ VerifyReport SessionStore::verify(const std::string& name) const {
         if (!has_session(name)) throw_error("session '{}' does not exist in {}", name, dir_);
     }
     FileLock store_lock;
-    if (fs::exists(store_lock_path(dir_))) store_lock.lock(store_lock_path(dir_), FileLock::Mode::shared);
+    if (path_exists(store_lock_path(dir_))) store_lock.lock(store_lock_path(dir_), FileLock::Mode::shared);
     std::vector<uint8_t> payload;
     for (const std::string& n : names) {
         report.n_sessions++;
@@ -322,7 +336,7 @@ uint64_t SessionStore::total_bytes() const {
 
 GcReport SessionStore::collect(const std::vector<BlockHash>* candidates, uint64_t quota) {
     GcReport report;
-    if (!fs::exists(dir_ + "/blocks")) return report;
+    if (!path_exists(dir_ + "/blocks")) return report;
     FileLock store_lock;
     store_lock.lock(store_lock_path(dir_), FileLock::Mode::exclusive);
 

@@ -36,7 +36,7 @@ bool have_data(const std::string& path) {
     return false;
 }
 
-static std::string shell_quote(const std::string& s) {
+std::string shell_quote(const std::string& s) {
     std::string q = "'";
     for (char c : s) {
         if (c == '\'') q += "'\\''";
@@ -50,19 +50,28 @@ static std::string kvlm_binary() {
     return "./kvlm";
 }
 
-CliResult run_kvlm(const std::vector<std::string>& args, const std::string& stdin_text) {
+std::string kvlm_command(const std::vector<std::string>& args) {
+    std::string command = shell_quote(kvlm_binary());
+    for (const auto& a : args) command += " " + shell_quote(a);
+    return command;
+}
+
+CliResult run_shell(const std::string& command, const std::string& stdin_text) {
     TempDir scratch;
     std::string in_path = scratch.file("stdin"), out_path = scratch.file("stdout"), err_path = scratch.file("stderr");
     write_file(in_path, stdin_text);
-    std::string command = shell_quote(kvlm_binary());
-    for (const auto& a : args) command += " " + shell_quote(a);
-    command += " <" + shell_quote(in_path) + " >" + shell_quote(out_path) + " 2>" + shell_quote(err_path);
-    int status = std::system(command.c_str());
+    std::string line = "bash -c " + shell_quote(command) + " <" + shell_quote(in_path) + " >" + shell_quote(out_path) +
+                       " 2>" + shell_quote(err_path);
+    int status = std::system(line.c_str());
     CliResult result;
     result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     result.out = read_file(out_path);
     result.err = read_file(err_path);
     return result;
+}
+
+CliResult run_kvlm(const std::vector<std::string>& args, const std::string& stdin_text) {
+    return run_shell(kvlm_command(args), stdin_text);
 }
 
 TempDir::TempDir() {

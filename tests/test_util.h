@@ -22,6 +22,14 @@ struct CliResult {
 // Runs `$KVLM_BIN args...` (each arg shell-quoted), feeding stdin_text on standard input.
 CliResult run_kvlm(const std::vector<std::string>& args, const std::string& stdin_text = "");
 
+// One argument quoted for a shell command line.
+std::string shell_quote(const std::string& s);
+// `$KVLM_BIN args...` as a shell command line (each part quoted), to embed in run_shell.
+std::string kvlm_command(const std::vector<std::string>& args);
+// Runs a bash command line (e.g. "ulimit -f 8; exec " + kvlm_command(...)) with stdin_text on standard
+// input; exit_code is 128 + N when it died of signal N.
+CliResult run_shell(const std::string& command, const std::string& stdin_text = "");
+
 // A fresh empty directory under the system temp dir, removed when the object dies.
 class TempDir {
 public:
