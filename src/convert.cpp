@@ -1,7 +1,10 @@
 // `kvlm convert` driver: picks the importer, settles the output dtype and tokenizer size, then streams the
 // tensors through ModelWriter one at a time, converting chunks of rows to the output dtype (bounded memory:
-// one output tensor plus one f32 chunk).
+// one output tensor plus one f32 chunk). A model the output disk or memory cannot hold is refused up front.
 #include "convert.h"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,6 +49,28 @@ ConvertSource open_source(const ConvertOptions& o) {
     if (ext == ".kvlm") throw_error("{}: is already a .kvlm model", o.source);
     if (ext == ".gguf" || starts_with_gguf_magic(o.source)) return open_gguf_source(o.source, o.tokenizer);
     return open_llama2c_source(o.source, o.tokenizer);
+}
+
+// Refuses, before writing anything, a model this machine cannot hold: a synthetic config.json is backed by no
+// file, so nothing else bounds its size. The output must fit the free space of its file system, and the
+// largest tensor (converted whole in memory) must fit in physical memory.
+void check_resources(const std::string& source, const std::string& output, const std::vector<TensorInfo>& tensors,
+                     uint64_t total_bytes) {
+    const TensorInfo* largest = &tensors[0];
+    for (const TensorInfo& t : tensors)
+        if (t.n_bytes > largest->n_bytes) largest = &t;
+    const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page_size > 0 && largest->n_bytes > uint64_t(pages) * uint64_t(page_size))
+        throw_error("{}: tensor {} {} needs {} of memory to convert, more than this machine's {}", source,
+                    largest->name, shape_string(largest->shape), byte_size_text(largest->n_bytes),
+                    byte_size_text(uint64_t(pages) * uint64_t(page_size)));
+    std::string dir = fs::path(output).parent_path().string();
+    struct statvfs st {};
+    if (statvfs(dir.empty() ? "." : dir.c_str(), &st) != 0) return;  // unknown: let the writes report it
+    const uint64_t free_bytes = uint64_t(st.f_bavail) * uint64_t(st.f_frsize);
+    if (total_bytes > free_bytes)
+        throw_error("{}: the converted model needs {} but its file system has {} free", output,
+                    byte_size_text(total_bytes), byte_size_text(free_bytes));
 }
 
 }  // namespace
@@ -94,6 +119,7 @@ ConvertSummary convert_model(const ConvertOptions& o, bool show_progress) {
         total_bytes += uint64_t(tensor_n_rows(tensors[i]) * tensor_row_len(tensors[i])) * dtype_size(tensors[i].dtype);
     }
 
+    check_resources(source_name, o.output, tensors, total_bytes);
     ModelWriter writer(o.output, meta, tensors);
     ProgressBar bar("converting", total_bytes, show_progress);
     std::vector<float> chunk;

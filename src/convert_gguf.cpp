@@ -28,11 +28,11 @@ int32_t int_field(const GgufFile& g, const std::string& key, int64_t lo, int64_t
 void detect_llama3_rope(const GgufFile& g, ModelConfig* c) {
     const GgufTensor* t = g.find_tensor("rope_freqs.weight");
     if (!t) return;
+    if (t->n_elements() != c->head_dim / 2)  // before allocating: the dims may claim 2^50 elements of no type
+        throw_error("{}: rope_freqs.weight has {} values, expected head_dim/2 = {}", g.path(), t->n_elements(),
+                    c->head_dim / 2);
     std::vector<float> f(size_t(t->n_elements()));
     g.dequantize(*t, f.data());
-    if (int64_t(f.size()) != c->head_dim / 2)
-        throw_error("{}: rope_freqs.weight has {} values, expected head_dim/2 = {}", g.path(), f.size(),
-                    c->head_dim / 2);
     float factor = 1.0f;
     for (float x : f) factor = std::max(factor, x);
     RopeScaling rs;

@@ -9,6 +9,7 @@
 
 #include "convert.h"
 #include "error.h"
+#include "json_text.h"
 #include "safetensors.h"
 #include "tokenizer_import.h"
 
@@ -35,15 +36,23 @@ int64_t get_int(const json& j, const char* key, const std::string& path, bool re
         if (required) throw_error("{}: required field \"{}\" is missing", path, key);
         return fallback;
     }
-    if (!j[key].is_number_integer()) throw_error("{}: field \"{}\" = {} is not an integer", path, key, j[key].dump());
+    if (!j[key].is_number_integer())
+        throw_error("{}: field \"{}\" = {} is not an integer", path, key, json_excerpt(j[key]));
     int64_t v = j[key].get<int64_t>();
     if (v < INT32_MIN || v > INT32_MAX) throw_error("{}: field \"{}\" = {} is out of range", path, key, v);
     return v;
 }
 
+bool get_bool(const json& j, const char* key, const std::string& path, bool fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_boolean())
+        throw_error("{}: field \"{}\" = {} is not true or false", path, key, json_excerpt(j[key]));
+    return j[key].get<bool>();
+}
+
 double get_number(const json& j, const char* key, const std::string& path, double fallback) {
     if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_number()) throw_error("{}: field \"{}\" = {} is not a number", path, key, j[key].dump());
+    if (!j[key].is_number()) throw_error("{}: field \"{}\" = {} is not a number", path, key, json_excerpt(j[key]));
     return j[key].get<double>();
 }
 
@@ -86,7 +95,7 @@ ModelConfig hf_config_from_json(const std::string& path) {
     ModelConfig c;
     if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "llama" || arch == "mistral") {
         c.architecture = "llama";
-        if (j.value("attention_bias", false))
+        if (get_bool(j, "attention_bias", path, false))
             throw_error("{}: attention_bias = true is not supported (only Qwen2's q/k/v biases are)", path);
     } else if (arch == "Qwen2ForCausalLM" || arch == "qwen2") {
         c.architecture = "qwen2";
@@ -96,9 +105,9 @@ ModelConfig hf_config_from_json(const std::string& path) {
                     "(and MistralForCausalLM)",
                     path, arch.empty() ? std::string("(none given)") : arch);
     }
-    if (j.value("mlp_bias", false)) throw_error("{}: mlp_bias = true is not supported", path);
+    if (get_bool(j, "mlp_bias", path, false)) throw_error("{}: mlp_bias = true is not supported", path);
     if (j.contains("hidden_act") && j["hidden_act"].is_string() && j["hidden_act"] != "silu")
-        throw_error("{}: hidden_act {} is not supported (expected silu)", path, j["hidden_act"].dump());
+        throw_error("{}: hidden_act {} is not supported (expected silu)", path, json_excerpt(j["hidden_act"]));
 
     c.n_embd = int32_t(get_int(j, "hidden_size", path, true));
     c.n_ff = int32_t(get_int(j, "intermediate_size", path, true));
@@ -111,7 +120,7 @@ ModelConfig hf_config_from_json(const std::string& path) {
     c.n_ctx = int32_t(get_int(j, "max_position_embeddings", path, false, 2048));
     c.rope_theta = float(get_number(j, "rope_theta", path, 10000.0));
     c.norm_eps = float(get_number(j, "rms_norm_eps", path, 1e-6));
-    c.tied_embeddings = j.value("tie_word_embeddings", false);  // transformers default for Llama and Qwen2
+    c.tied_embeddings = get_bool(j, "tie_word_embeddings", path, false);  // transformers default for Llama and Qwen2
 
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
         const json& rs = j["rope_scaling"];
@@ -126,7 +135,8 @@ ModelConfig hf_config_from_json(const std::string& path) {
             c.rope_scaling.original_max_position =
                 int32_t(get_int(rs, "original_max_position_embeddings", path, false, 8192));
         } else if (type != "default") {
-            throw_error("{}: rope_scaling {} is not supported (supported: none, llama3)", path, rs.dump());
+            throw_error("{}: rope_scaling {} is not supported (supported: none, llama3)", path,
+                        type.empty() ? json_excerpt(rs) : "type '" + type + "'");
         }
     }
     c.validate(path);
@@ -147,7 +157,8 @@ std::string hf_chat_template(const std::string& dir) {
     if (t.is_string()) return t.get<std::string>();
     if (t.is_array()) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
         for (const json& e : t)
-            if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+            if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") &&
+                e["template"].is_string())
                 return e["template"].get<std::string>();
     }
     return "";

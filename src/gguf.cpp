@@ -17,6 +17,9 @@ namespace {
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
 constexpr int kMaxArrayDepth = 8;
 constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
+// Sanity limits checked before reserving: real files have a few thousand tensors and under a hundred keys.
+constexpr uint64_t kMaxTensors = uint64_t(1) << 20;
+constexpr uint64_t kMaxMetadataKeys = uint64_t(1) << 20;
 
 struct TypeTraits {
     const char* name;
@@ -240,6 +243,12 @@ void GgufFile::Impl::parse() {
         throw_error("{}: GGUF version {} is not supported (supported: 2, 3)", p, version);
     uint64_t n_tensors = c.u64("tensor count");
     uint64_t n_kv = c.u64("metadata count");
+    if (n_tensors > kMaxTensors)
+        throw_error("{}: GGUF tensor count {} is more than the limit of {} (file corrupted?)", p, n_tensors,
+                    kMaxTensors);
+    if (n_kv > kMaxMetadataKeys)
+        throw_error("{}: GGUF metadata count {} is more than the limit of {} (file corrupted?)", p, n_kv,
+                    kMaxMetadataKeys);
     // Minimum encoded sizes: key (8) + type (4) + value (1); tensor name (8) + n_dims (4) + type (4) + offset (8).
     c.check_count(n_kv, 13, "metadata");
     for (uint64_t i = 0; i < n_kv; i++) {

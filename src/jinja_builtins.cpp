@@ -100,7 +100,7 @@ ValueList split(const std::string& s, const Value* sep, int64_t maxsplit) {
     if (sep->s.empty()) fail("split: empty separator");
     size_t k = 0;
     while (true) {
-        size_t e = s.find(sep->s, k);
+        size_t e = find_text(s, sep->s, k);
         if (e == std::string::npos || (maxsplit >= 0 && int64_t(parts.size()) == maxsplit)) {
             parts.push_back(Value::string(s.substr(k)));
             return parts;
@@ -115,9 +115,11 @@ std::string replace_all(const std::string& s, const std::string& from, const std
     std::string out;
     size_t k = 0;
     for (int64_t n = 0; count < 0 || n < count; ++n) {
-        size_t e = s.find(from, k);
+        size_t e = find_text(s, from, k);
         if (e == std::string::npos) break;
-        out += s.substr(k, e - k) + to;
+        charge_work(e - k + to.size());  // before growing: replacing with a long string multiplies the size
+        out.append(s, k, e - k);
+        out += to;
         k = e + from.size();
     }
     return out + s.substr(k);
@@ -158,7 +160,7 @@ Value string_method(const std::string& s, const std::string& name) {
         });
     if (name == "find")
         return method([s](const CallArgs& a) {
-            size_t k = s.find(arg_str(a, 0, "sub", ""));
+            size_t k = find_text(s, arg_str(a, 0, "sub", ""));
             return Value::integer(k == std::string::npos ? -1 : int64_t(k));
         });
     if (name == "count")
@@ -166,7 +168,7 @@ Value string_method(const std::string& s, const std::string& name) {
             std::string sub = arg_str(a, 0, "sub", "");
             if (sub.empty()) return Value::integer(utf8_length(s) + 1);
             int64_t n = 0;
-            for (size_t k = s.find(sub); k != std::string::npos; k = s.find(sub, k + sub.size())) ++n;
+            for (size_t k = find_text(s, sub); k != std::string::npos; k = find_text(s, sub, k + sub.size())) ++n;
             return Value::integer(n);
         });
     if (name == "join")
@@ -176,6 +178,7 @@ Value string_method(const std::string& s, const std::string& name) {
             bool first = true;
             for (const Value& v : items ? iterate(*items) : ValueList{}) {
                 if (!v.is_string()) fail("join: sequence item must be a string, found " + type_name(v));
+                charge_work(s.size() + v.s.size());
                 out += (first ? "" : s) + v.s;
                 first = false;
             }
@@ -362,7 +365,7 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& args) {
     if (name == "upper") return v.is_string() && ascii_map(v.s, ::toupper) == v.s;
     if (name == "in") {
         const Value& seq = other();
-        if (seq.is_string()) return v.is_string() && seq.s.find(v.s) != std::string::npos;
+        if (seq.is_string()) return v.is_string() && find_text(seq.s, v.s) != std::string::npos;
         for (const Value& item : iterate(seq))
             if (equals(item, v)) return true;
         return false;
@@ -419,6 +422,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
         std::string out;
         bool first = true;
         for (const Value& item : iterate(v)) {
+            charge_work(sep.size());
             out += (first ? "" : sep) + to_str(attr.empty() ? item : get_attr(item, attr));
             first = false;
         }
@@ -491,6 +495,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
         for (bool line0 = true; k <= s.size(); line0 = false) {
             size_t e = s.find('\n', k);
             std::string line = s.substr(k, e == std::string::npos ? std::string::npos : e - k);
+            charge_work(pad.size() + line.size() + 1);
             if ((!line0 || first) && (blank || !line.empty())) out += pad;
             out += line;
             if (e == std::string::npos) break;

@@ -1,10 +1,12 @@
 // Jinja evaluator. Scopes form a stack (root = globals); lookups walk it top-down and `set` writes the top
-// frame. Every statement and expression costs a step, so runaway templates stop with an error.
+// frame. Every statement and expression costs a step and values charge their bytes to a WorkMeter, so
+// runaway templates stop with an error.
 #include "jinja_eval.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <unordered_set>
 
 #include "jinja_builtins.h"
 
@@ -34,13 +36,22 @@ int64_t int_of(const Value& v) { return v.kind == Value::Kind::boolean ? v.b : v
 Value repeat(const Value& seq, int64_t n) {
     n = std::max<int64_t>(n, 0);
     size_t unit = seq.is_string() ? seq.s.size() : seq.list->size();
-    if (unit != 0 && uint64_t(n) > (uint64_t(1) << 26) / unit) fail("repetition result too large");
-    if (seq.is_string()) {
-        std::string out;
-        for (int64_t k = 0; k < n; ++k) out += seq.s;
-        return Value::string(out);
+    if (unit == 0 || n == 0) return seq.is_string() ? Value::string("") : Value::make_list({});
+    if (uint64_t(n) > (uint64_t(1) << 26) / unit) fail("repetition result too large");
+    uint64_t unit_bytes = seq.is_string() ? seq.s.size() : 0;
+    if (seq.is_list())
+        for (const Value& item : *seq.list) unit_bytes += sizeof(Value) + item.s.size();
+    charge_work(uint64_t(n) * std::min<uint64_t>(unit_bytes, uint64_t(1) << 36));  // n <= 2^26: no overflow
+    if (seq.is_string()) {  // by doubling: 'x' * 10**7 takes 24 appends, not 10**7
+        const size_t total = unit * size_t(n);
+        std::string out = seq.s;
+        out.reserve(total);
+        while (out.size() * 2 <= total) out.append(out.data(), out.size());
+        out.append(out.data(), total - out.size());
+        return Value::string(std::move(out));
     }
     ValueList out;
+    out.reserve(unit * size_t(n));
     for (int64_t k = 0; k < n; ++k) out.insert(out.end(), seq.list->begin(), seq.list->end());
     return Value::make_list(std::move(out));
 }
@@ -90,7 +101,10 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
         }
         return unsupported();
     }
-    if (op == "+" && a.is_string() && b.is_string()) return Value::string(a.s + b.s);
+    if (op == "+" && a.is_string() && b.is_string()) {
+        charge_work(a.s.size() + b.s.size());
+        return Value::string(a.s + b.s);
+    }
     if (op == "+" && a.is_list() && b.is_list()) {
         ValueList out = *a.list;
         out.insert(out.end(), b.list->begin(), b.list->end());
@@ -104,10 +118,15 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
 bool contains(const Value& container, const Value& item) {
     if (container.is_string()) {
         if (!item.is_string()) fail("'in <string>' requires a string as left operand, found " + type_name(item));
-        return container.s.find(item.s) != std::string::npos;
+        return find_text(container.s, item.s) != std::string::npos;
     }
     if (container.is_dict() || container.kind == Value::Kind::ns)
         return item.is_string() && container.dict->find(item.s) != nullptr;
+    if (container.is_list()) {  // lists are immutable: no copy needed
+        for (const Value& v : *container.list)
+            if (equals(v, item)) return true;
+        return false;
+    }
     for (const Value& v : iterate(container))
         if (equals(v, item)) return true;
     return false;
@@ -115,8 +134,13 @@ bool contains(const Value& container, const Value& item) {
 
 class Evaluator {
 public:
-    Evaluator(ValueDict globals, const RenderLimits& limits) : limits_(limits) {
+    Evaluator(ValueDict globals, const RenderLimits& limits) : limits_(limits), meter_(limits.max_work) {
         scopes_.push_back(std::make_shared<ValueDict>(std::move(globals)));
+    }
+    // Empties every namespace assigned to: that breaks reference cycles (a namespace holding itself) and,
+    // since they were kept alive until now, no chain of them was destroyed recursively during the render.
+    ~Evaluator() {
+        for (const auto& ns : assigned_namespaces_) ns->items.clear();
     }
 
     std::string run(const NodeList& nodes) {
@@ -130,11 +154,26 @@ public:
 
 private:
     RenderLimits limits_;
+    WorkMeter meter_;  // installed for this thread while the evaluator exists
     std::vector<std::shared_ptr<ValueDict>> scopes_;
+    std::vector<std::shared_ptr<ValueDict>> assigned_namespaces_;  // each once, see ~Evaluator
+    std::unordered_set<const ValueDict*> assigned_seen_;
     std::string out_;
     int line_ = 1;
-    int depth_ = 0;
+    int depth_ = 0;    // macro calls
+    int nesting_ = 0;  // exec(Node) + eval(Expr) frames
     int64_t steps_ = 0;
+
+    struct NestingGuard {
+        Evaluator& evaluator;
+        explicit NestingGuard(Evaluator& e) : evaluator(e) {
+            if (++evaluator.nesting_ > evaluator.limits_.max_nesting) {
+                --evaluator.nesting_;
+                fail(fmt::format("template nested more than {} levels deep while rendering", e.limits_.max_nesting));
+            }
+        }
+        ~NestingGuard() { --evaluator.nesting_; }
+    };
 
     void step(int line) {
         line_ = line;
@@ -174,6 +213,7 @@ private:
 
     Flow exec(const Node& node) {
         step(node.line);
+        NestingGuard guard(*this);
         switch (node.kind) {
             case Node::Kind::text: emit(node.text); return Flow::normal;
             case Node::Kind::output: emit(to_str(eval(*node.expr))); return Flow::normal;
@@ -192,6 +232,9 @@ private:
                     if (target.kind != Value::Kind::ns)
                         fail(fmt::format("cannot assign attribute '{}' on '{}' ({}): only namespace() objects allow it",
                                          node.attr, node.targets[0], type_name(target)));
+                    if (value.depth + 1 > kMaxValueDepth)
+                        fail(fmt::format("value nested more than {} levels deep", kMaxValueDepth));
+                    if (assigned_seen_.insert(target.dict.get()).second) assigned_namespaces_.push_back(target.dict);
                     target.dict->set(node.attr, value);
                 }
                 return Flow::normal;
@@ -298,6 +341,7 @@ private:
 
     Value eval(const Expr& e) {
         step(e.line);
+        NestingGuard guard(*this);
         switch (e.kind) {
             case Expr::Kind::literal: return e.value;
             case Expr::Kind::name: return lookup(e.name);
@@ -361,7 +405,11 @@ private:
                 if (e.name == "and") return truthy(a) ? eval(*e.args[1]) : a;
                 if (e.name == "or") return truthy(a) ? a : eval(*e.args[1]);
                 Value b = eval(*e.args[1]);
-                if (e.name == "~") return Value::string(to_str(a) + to_str(b));
+                if (e.name == "~") {
+                    std::string left = to_str(a), right = to_str(b);
+                    charge_work(left.size() + right.size());
+                    return Value::string(left + right);
+                }
                 return arithmetic(e.name, a, b);
             }
             case Expr::Kind::compare: {

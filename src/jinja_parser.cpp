@@ -1,7 +1,9 @@
-// Recursive-descent Jinja parser mirroring jinja2's grammar for the supported subset. Nesting depth is
-// bounded so hostile input cannot overflow the stack; every unsupported tag is reported with its line.
+// Recursive-descent Jinja parser mirroring jinja2's grammar for the supported subset. Nesting depth and the
+// height of expression trees are bounded so hostile input cannot overflow the stack (parsing, evaluating or
+// destroying); every unsupported tag is reported with its line.
 #include "jinja_parser.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -215,8 +217,8 @@ private:
             auto tuple = std::make_unique<Expr>();
             tuple->kind = Expr::Kind::list;
             tuple->line = node->expr->line;
-            tuple->args.push_back(std::move(node->expr));
-            while (skip_op(",")) tuple->args.push_back(parse_expression());
+            add_arg(*tuple, std::move(node->expr));
+            while (skip_op(",")) add_arg(*tuple, parse_expression());
             node->expr = std::move(tuple);
         }
         expect_block_end();
@@ -242,6 +244,18 @@ private:
         return node;
     }
 
+    // Keeps e.depth, the height of its tree, within max_nesting: operator, filter and attribute chains
+    // build deep trees without deep parser recursion, and evaluating or destroying them recurses.
+    void grow_depth(Expr& e, const Expr* child) {
+        if (!child) return;
+        e.depth = std::max(e.depth, child->depth + 1);
+        if (e.depth > max_nesting) template_error(e.line, "expression nested too deeply");
+    }
+    void add_arg(Expr& e, ExprPtr arg) {
+        grow_depth(e, arg.get());
+        e.args.push_back(std::move(arg));
+    }
+
     ExprPtr make_expr(Expr::Kind kind, int line) {
         auto e = std::make_unique<Expr>();
         e->kind = kind;
@@ -251,8 +265,8 @@ private:
     ExprPtr make_binary(Expr::Kind kind, const std::string& op, ExprPtr left, ExprPtr right) {
         auto e = make_expr(kind, left->line);
         e->name = op;
-        e->args.push_back(std::move(left));
-        e->args.push_back(std::move(right));
+        add_arg(*e, std::move(left));
+        add_arg(*e, std::move(right));
         return e;
     }
 
@@ -262,9 +276,9 @@ private:
         while (with_condexpr && is_name("if")) {
             next();
             auto cond = make_expr(Expr::Kind::cond, expr->line);
-            cond->args.push_back(parse_or());
-            cond->args.push_back(std::move(expr));
-            cond->args.push_back(skip_name("else") ? parse_expression() : nullptr);
+            add_arg(*cond, parse_or());
+            add_arg(*cond, std::move(expr));
+            add_arg(*cond, skip_name("else") ? parse_expression() : nullptr);
             expr = std::move(cond);
         }
         return expr;
@@ -288,7 +302,7 @@ private:
             auto e = make_expr(Expr::Kind::unary, cur().line);
             next();
             e->name = "not";
-            e->args.push_back(parse_not());
+            add_arg(*e, parse_not());
             return e;
         }
         return parse_compare();
@@ -317,10 +331,10 @@ private:
             }
             if (!cmp) {
                 cmp = make_expr(Expr::Kind::compare, first->line);
-                cmp->args.push_back(std::move(first));
+                add_arg(*cmp, std::move(first));
             }
             cmp->ops.push_back(op);
-            cmp->args.push_back(parse_math1());
+            add_arg(*cmp, parse_math1());
         }
         return cmp ? std::move(cmp) : std::move(first);
     }
@@ -364,7 +378,7 @@ private:
             node = make_expr(Expr::Kind::unary, cur().line);
             node->name = cur().text;
             next();
-            node->args.push_back(parse_unary(false));
+            add_arg(*node, parse_unary(false));
         } else {
             node = parse_postfix(parse_primary());
         }
@@ -425,8 +439,8 @@ private:
         ExprPtr expr = parse_expression();
         if (is_op(",")) {
             auto tuple = make_expr(Expr::Kind::list, line);
-            tuple->args.push_back(std::move(expr));
-            while (skip_op(",") && !is_op(")")) tuple->args.push_back(parse_expression());
+            add_arg(*tuple, std::move(expr));
+            while (skip_op(",") && !is_op(")")) add_arg(*tuple, parse_expression());
             expr = std::move(tuple);
         }
         expect_op(")");
@@ -437,7 +451,7 @@ private:
         auto list = make_expr(Expr::Kind::list, cur().line);
         next();
         while (!is_op("]")) {
-            list->args.push_back(parse_expression());
+            add_arg(*list, parse_expression());
             if (!skip_op(",")) break;
         }
         expect_op("]");
@@ -448,9 +462,9 @@ private:
         auto dict = make_expr(Expr::Kind::dict, cur().line);
         next();
         while (!is_op("}")) {
-            dict->args.push_back(parse_expression());
+            add_arg(*dict, parse_expression());
             expect_op(":");
-            dict->args.push_back(parse_expression());
+            add_arg(*dict, parse_expression());
             if (!skip_op(",")) break;
         }
         expect_op("}");
@@ -466,13 +480,13 @@ private:
                     index->value = Value::integer(std::strtoll(cur().text.c_str(), nullptr, 10));
                     next();
                     auto e = make_expr(Expr::Kind::subscript, line);
-                    e->args.push_back(std::move(node));
-                    e->args.push_back(std::move(index));
+                    add_arg(*e, std::move(node));
+                    add_arg(*e, std::move(index));
                     node = std::move(e);
                 } else {
                     auto e = make_expr(Expr::Kind::attr, line);
                     e->name = expect_identifier();
-                    e->args.push_back(std::move(node));
+                    add_arg(*e, std::move(node));
                     node = std::move(e);
                 }
             } else if (is_op("[")) {
@@ -505,8 +519,8 @@ private:
         expect_op("]");
         if (n_colons == 0 && !parts[0]) template_error(line, "empty subscript");
         auto e = make_expr(n_colons ? Expr::Kind::slice : Expr::Kind::subscript, line);
-        e->args.push_back(std::move(node));
-        for (int k = 0; k < (n_colons ? 3 : 1); ++k) e->args.push_back(std::move(parts[k]));
+        add_arg(*e, std::move(node));
+        for (int k = 0; k < (n_colons ? 3 : 1); ++k) add_arg(*e, std::move(parts[k]));
         return e;
     }
 
@@ -519,10 +533,12 @@ private:
                 std::string key = cur().text;
                 next();
                 next();
-                e.kwargs.emplace_back(key, parse_expression());
+                ExprPtr value = parse_expression();
+                grow_depth(e, value.get());
+                e.kwargs.emplace_back(key, std::move(value));
             } else {
                 if (!e.kwargs.empty()) template_error(cur().line, "positional argument after keyword argument");
-                e.args.push_back(parse_expression());
+                add_arg(e, parse_expression());
             }
             if (!skip_op(",")) break;
         }
@@ -531,7 +547,7 @@ private:
 
     ExprPtr parse_call(ExprPtr node) {
         auto e = make_expr(Expr::Kind::call, cur().line);
-        e->args.push_back(std::move(node));
+        add_arg(*e, std::move(node));
         parse_call_args(*e);
         return e;
     }
@@ -551,14 +567,14 @@ private:
             if (skip_op("|")) {
                 auto e = make_expr(Expr::Kind::filter, line);
                 e->name = dotted_name();
-                e->args.push_back(std::move(node));
+                add_arg(*e, std::move(node));
                 if (is_op("(")) parse_call_args(*e);
                 node = std::move(e);
             } else if (skip_name("is")) {
                 auto e = make_expr(Expr::Kind::test, line);
                 e->negate = skip_name("not");
                 e->name = dotted_name();
-                e->args.push_back(std::move(node));
+                add_arg(*e, std::move(node));
                 const Token& tok = cur();
                 if (is_op("(")) {
                     parse_call_args(*e);
@@ -566,7 +582,7 @@ private:
                             tok.kind == TokenKind::integer || tok.kind == TokenKind::floating || is_op("[") ||
                             is_op("{")) &&
                            !is_name("else") && !is_name("or") && !is_name("and")) {
-                    e->args.push_back(parse_postfix(parse_primary()));  // `x is divisibleby 3`
+                    add_arg(*e, parse_postfix(parse_primary()));  // `x is divisibleby 3`
                 }
                 node = std::move(e);
             } else if (is_op("(")) {

@@ -33,6 +33,7 @@ struct Expr {
     };
     Kind kind;
     int line = 0;
+    int depth = 1;  // height of this tree (bounded by the parser)
     Value value;
     std::string name;
     bool negate = false;

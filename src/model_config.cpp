@@ -1,6 +1,8 @@
 // Validation of model hyperparameters (shared by the loader and every importer).
 #include "model_config.h"
 
+#include <cmath>
+
 #include "error.h"
 
 namespace kvlm {
@@ -23,13 +25,21 @@ void ModelConfig::validate(const std::string& source) const {
     if (head_dim % 2 != 0) throw_error("{}: head_dim = {} must be even for RoPE", source, head_dim);
     if (n_heads % n_kv_heads != 0)
         throw_error("{}: n_heads = {} is not a multiple of n_kv_heads = {}", source, n_heads, n_kv_heads);
-    if (!(rope_theta > 0.0f)) throw_error("{}: rope_theta = {} must be positive", source, rope_theta);
+    if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta))
+        throw_error("{}: rope_theta = {} must be positive and finite", source, rope_theta);
     if (!(norm_eps > 0.0f && norm_eps < 1.0f)) throw_error("{}: norm_eps = {} is out of range", source, norm_eps);
     if (rope_scaling.type != "none" && rope_scaling.type != "llama3")
         throw_error("{}: rope scaling '{}' is not supported (supported: none, llama3)", source, rope_scaling.type);
-    if (rope_scaling.type == "llama3" && !(rope_scaling.factor >= 1.0f && rope_scaling.original_max_position > 0 &&
-                                          rope_scaling.high_freq_factor > rope_scaling.low_freq_factor))
+    if (rope_scaling.type == "llama3" &&
+        !(rope_scaling.factor >= 1.0f && std::isfinite(rope_scaling.factor) && rope_scaling.low_freq_factor > 0.0f &&
+          rope_scaling.original_max_position > 0 && rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
+          std::isfinite(rope_scaling.high_freq_factor)))
         throw_error("{}: llama3 rope scaling parameters are inconsistent", source);
+    // Each field is in range, but together they could still describe petabytes of weights.
+    if (n_params() > kMaxParams)
+        throw_error("{}: the shape implies {} parameters, more than the limit of {} (about 1.1 trillion); the "
+                    "hyperparameters are corrupted or absurd",
+                    source, n_params(), kMaxParams);
 }
 
 int64_t ModelConfig::n_params() const {

@@ -14,6 +14,9 @@ struct RopeScaling {
     int32_t original_max_position = 8192;
 };
 
+// Far above any dense model kvlm runs (405B); the per-field ranges alone would allow ~4e14.
+constexpr int64_t kMaxParams = int64_t(1) << 40;
+
 struct ModelConfig {
     std::string architecture = "llama";  // "llama" | "qwen2" (same graph, qwen2 has QKV bias)
     int32_t n_vocab = 0;
@@ -30,7 +33,8 @@ struct ModelConfig {
     bool tied_embeddings = false;  // output head reuses token_embd.weight
     bool qkv_bias = false;
 
-    // Throws Error naming `source` and the offending field if the values are inconsistent or absurd.
+    // Throws Error naming `source` and the offending field if the values are inconsistent or absurd
+    // (each field in a range far above real models, n_params() at most kMaxParams).
     void validate(const std::string& source) const;
     int64_t n_params() const;  // parameter count implied by the shape
 };

@@ -231,16 +231,29 @@ public:
         }
     }
     void read(const char* key, std::vector<std::string>* out, bool required = true) {
-        if (Reader* r = get(key, ValueType::string_array, required)) *out = finish(*r, key, r->read_string_array(key));
+        if (Reader* r = get(key, ValueType::string_array, required))
+            *out = finish(*r, key, check_count(*r, key).read_string_array(key));
     }
     void read(const char* key, std::vector<float>* out, bool required = true) {
-        if (Reader* r = get(key, ValueType::f32_array, required)) *out = finish(*r, key, r->read_f32_array(key));
+        if (Reader* r = get(key, ValueType::f32_array, required))
+            *out = finish(*r, key, check_count(*r, key).read_f32_array(key));
     }
     void read(const char* key, std::vector<int32_t>* out, bool required = true) {
-        if (Reader* r = get(key, ValueType::i32_array, required)) *out = finish(*r, key, r->read_i32_array(key));
+        if (Reader* r = get(key, ValueType::i32_array, required))
+            *out = finish(*r, key, check_count(*r, key).read_i32_array(key));
     }
 
 private:
+    // An array's count, peeked before decoding it: a string array of n empty strings takes 4n bytes on disk
+    // but 32n in memory, so a count that fits the file can still be absurd.
+    static Reader& check_count(Reader& r, const char* key) {
+        Reader peek = r;
+        uint32_t count = peek.read_u32(key);
+        if (count > kMaxArrayElements)
+            r.fail(fmt::format("metadata key '{}' has {} elements, more than the limit of {}", key, count,
+                               kMaxArrayElements));
+        return r;
+    }
     template <typename T>
     T finish(Reader& r, const char* key, T value) {
         if (!r.at_end()) r.fail(fmt::format("metadata value of '{}' has {} extra bytes", key, r.remaining()));
@@ -326,11 +339,13 @@ void validate_metadata(const ModelMetadata& m, const std::string& path) {
 uint64_t tensor_n_bytes(DType dtype, const std::vector<int64_t>& shape, const std::string& what) {
     if (shape.empty() || shape.size() > kMaxDims)
         throw_error("{}: has {} dimensions, expected 1..{}", what, shape.size(), kMaxDims);
+    constexpr uint64_t kMaxElements = uint64_t(1) << 44;
     uint64_t n = 1;
     for (int64_t d : shape) {
         if (d < 1 || d > (int64_t(1) << 40)) throw_error("{}: has shape {}, a dimension is out of range", what, shape_string(shape));
+        if (uint64_t(d) > kMaxElements / n)  // checked before multiplying: [2^40, 2^40] must not wrap to 0
+            throw_error("{}: has shape {}, which is absurdly large", what, shape_string(shape));
         n *= uint64_t(d);
-        if (n > (uint64_t(1) << 44)) throw_error("{}: has shape {}, which is absurdly large", what, shape_string(shape));
     }
     return n * dtype_size(dtype);
 }

@@ -15,6 +15,7 @@ constexpr uint32_t kHeaderSize = 128;           // fixed for version 1; the rest
 constexpr uint32_t kMaxTensors = 1u << 20;      // sanity limit before allocating the directory
 constexpr uint32_t kMaxNameLength = 1024;       // tensor names and metadata keys
 constexpr uint32_t kMaxDims = 8;
+constexpr uint32_t kMaxArrayElements = 1u << 23;  // metadata arrays: tokens, merges, ... (n_vocab <= 2^22)
 constexpr uint64_t kMinDirectoryEntryBytes = 4 + 4 + 4 + 8 + 8 + 8;  // empty name, 0 dims
 
 struct Header {

@@ -10,7 +10,9 @@
 #include <set>
 
 #include "error.h"
+#include "json_text.h"
 #include "mapped_file.h"
+#include "tensor.h"
 
 namespace kvlm {
 
@@ -98,7 +100,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
         uint64_t n_elements = 1;
         for (const json& d : v["shape"]) {
             if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40))
-                throw_error("{}: tensor '{}' has invalid shape {}", path, t.name, v["shape"].dump());
+                throw_error("{}: tensor '{}' has invalid shape: element {} is {}, expected an integer 0..2^40", path,
+                            t.name, t.shape.size(), json_excerpt(d));
             uint64_t dim = d.get<uint64_t>();
             if (dim != 0 && n_elements > (uint64_t(1) << 50) / dim)
                 throw_error("{}: tensor '{}' has an absurd element count", path, t.name);
@@ -115,7 +118,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
         t.n_bytes = end - begin;
         if (uint64_t size = element_size(t.dtype_name); size && t.n_bytes != n_elements * size)
             throw_error("{}: tensor '{}' has {} bytes, but {} {} needs {}", path, t.name, t.n_bytes, t.dtype_name,
-                        v["shape"].dump(), n_elements * size);
+                        shape_string(t.shape), n_elements * size);
         t.supported = supported_dtype(t.dtype_name, &t.dtype);
         t.data = f.data() + data_start + begin;
         s.index[t.name] = s.tensors.size();
@@ -193,6 +196,7 @@ std::vector<std::string> SafetensorsModel::names() const {
 
 void safetensors_read_f32(const SafetensorsTensor& tensor, int64_t begin, int64_t n, float* out) {
     KVLM_ASSERT(tensor.supported && begin >= 0 && n >= 0 && begin + n <= tensor.n_elements(), "bad tensor range");
+    if (n == 0) return;  // `out` may be null then (an empty vector's data())
     size_t size = dtype_size(tensor.dtype);
     convert_to_f32(tensor.dtype, tensor.data + size_t(begin) * size, out, size_t(n));
 }

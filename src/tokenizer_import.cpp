@@ -57,8 +57,9 @@ std::string special_token_content(const nlohmann::json& value) {
     return "";
 }
 
-void set_token(TokenizerData& data, int32_t id, const std::string& piece, TokenType type) {
-    if (id < 0 || id > (1 << 24)) throw_error("tokenizer: token id {} for '{}' is out of range", id, piece);
+void set_token(TokenizerData& data, int64_t id, const std::string& piece, TokenType type, const std::string& source) {
+    if (id < 0 || id > kMaxTokenId)
+        throw_error("{}: token id {} for '{}' is out of range, expected 0..{}", source, id, piece, kMaxTokenId);
     while (static_cast<int32_t>(data.tokens.size()) <= id) {
         data.tokens.push_back(fmt::format("<unused_{}>", data.tokens.size()));
         data.token_types.push_back(static_cast<int32_t>(TokenType::unused));
@@ -68,23 +69,24 @@ void set_token(TokenizerData& data, int32_t id, const std::string& piece, TokenT
     data.token_types[id] = static_cast<int32_t>(type);
 }
 
-void apply_tokenizer_config(TokenizerData& data, const std::string& config_path) {
-    const nlohmann::json config = parse_json_file(config_path);
+namespace {
+
+void apply_config_json(TokenizerData& data, const nlohmann::json& config, const std::string& config_path) {
     if (!config.is_object()) throw_error("{}: expected a JSON object at the top level", config_path);
     if (config.contains("added_tokens_decoder")) {
         const auto& added = config["added_tokens_decoder"];
         if (!added.is_object()) throw_error("{}: added_tokens_decoder is not an object", config_path);
         for (const auto& [key, value] : added.items()) {
-            int32_t id = -1;
+            int64_t id = -1;
             try {
-                id = std::stoi(key);
+                id = std::stoll(key);
             } catch (const std::exception&) {
                 throw_error("{}: added_tokens_decoder key '{}' is not a token id", config_path, key);
             }
             const std::string content = special_token_content(value);
             if (content.empty()) throw_error("{}: added token {} has no content", config_path, key);
             const bool special = value.is_object() && value.value("special", false);
-            set_token(data, id, content, special ? TokenType::control : TokenType::user_defined);
+            set_token(data, id, content, special ? TokenType::control : TokenType::user_defined, config_path);
         }
     }
     auto lookup = [&](const char* field, int32_t& id) {
@@ -101,6 +103,12 @@ void apply_tokenizer_config(TokenizerData& data, const std::string& config_path)
     lookup("pad_token", data.pad_id);
     if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
         data.add_bos = config["add_bos_token"].get<bool>();
+}
+
+}  // namespace
+
+void apply_tokenizer_config(TokenizerData& data, const std::string& config_path) {
+    with_json_errors(config_path, [&] { apply_config_json(data, parse_json_file(config_path), config_path); });
 }
 
 void finish(TokenizerData& data, const std::string& source) {

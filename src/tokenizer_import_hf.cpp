@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "error.h"
+#include "json_text.h"
 #include "tokenizer_import.h"
 #include "tokenizer_import_common.h"
 
@@ -59,14 +60,14 @@ std::string infer_pre(const json& pre_tokenizer, const std::string& path) {
     if (byte_level_regex && parts.size() == 1) return "gpt2";
     throw_error("{}: pre_tokenizer {} is not one kvlm knows, expected ByteLevel (gpt2), Digits + ByteLevel (smollm) "
                 "or a Split with the llama3/qwen2 regex",
-                path, pre_tokenizer.dump().substr(0, 300));
+                path, json_excerpt(pre_tokenizer));
 }
 
 std::string merge_string(const json& merge, size_t index, const std::string& path) {
     if (merge.is_string()) return merge.get<std::string>();
     if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string())
         return merge[0].get<std::string>() + " " + merge[1].get<std::string>();
-    throw_error("{}: model.merges[{}] is {}, expected \"a b\" or [\"a\", \"b\"]", path, index, merge.dump());
+    throw_error("{}: model.merges[{}] is {}, expected \"a b\" or [\"a\", \"b\"]", path, index, json_excerpt(merge));
 }
 
 // vocab: {"piece": id, ...} -> tokens (all normal).
@@ -74,8 +75,8 @@ void read_vocab(TokenizerData& data, const json& vocab, const std::string& path)
     if (!vocab.is_object()) throw_error("{}: vocab is not an object of piece -> id", path);
     int64_t max_id = -1;
     for (const auto& [piece, id] : vocab.items()) {
-        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24))
-            throw_error("{}: vocab entry '{}' has id {}, expected a non-negative integer", path, piece, id.dump());
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId)
+            throw_error("{}: vocab entry '{}' has id {}, expected an integer 0..{}", path, piece, json_excerpt(id), kMaxTokenId);
         max_id = std::max(max_id, id.get<int64_t>());
     }
     data.tokens.assign(static_cast<size_t>(max_id + 1), "");
@@ -115,10 +116,7 @@ void make_spm_scores(TokenizerData& data) {
     data.merges.clear();
 }
 
-}  // namespace
-
-TokenizerData tokenizer_from_hf_json(const std::string& path, const std::string& config_path) {
-    const json root = parse_json_file(path);
+TokenizerData read_hf_json(const json& root, const std::string& path, const std::string& config_path) {
     if (!root.is_object() || !root.contains("model") || !root["model"].is_object())
         throw_error("{}: expected a tokenizer.json object with a 'model' section", path);
     const json& model = root["model"];
@@ -160,9 +158,9 @@ TokenizerData tokenizer_from_hf_json(const std::string& path, const std::string&
         for (const json& added : root["added_tokens"]) {
             if (!added.is_object() || !added.contains("id") || !added["id"].is_number_integer() ||
                 !added.contains("content") || !added["content"].is_string())
-                throw_error("{}: added_tokens entry {} needs an integer id and a string content", path, added.dump());
-            set_token(data, added["id"].get<int32_t>(), added["content"].get<std::string>(),
-                      added.value("special", false) ? TokenType::control : TokenType::user_defined);
+                throw_error("{}: added_tokens entry {} needs an integer id and a string content", path, json_excerpt(added));
+            set_token(data, added["id"].get<int64_t>(), added["content"].get<std::string>(),
+                      added.value("special", false) ? TokenType::control : TokenType::user_defined, path);
         }
     }
     if (model.contains("unk_token") && model["unk_token"].is_string())
@@ -186,10 +184,16 @@ TokenizerData tokenizer_from_hf_json(const std::string& path, const std::string&
     return data;
 }
 
+}  // namespace
+
+TokenizerData tokenizer_from_hf_json(const std::string& path, const std::string& config_path) {
+    return with_json_errors(path, [&] { return read_hf_json(parse_json_file(path), path, config_path); });
+}
+
 TokenizerData tokenizer_from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt) {
     TokenizerData data;
     data.type = "bpe";
-    read_vocab(data, parse_json_file(vocab_json), vocab_json);
+    with_json_errors(vocab_json, [&] { read_vocab(data, parse_json_file(vocab_json), vocab_json); });
     const size_t n_regular = data.tokens.size();
 
     const std::string text = read_text_file(merges_txt);
@@ -213,8 +217,8 @@ TokenizerData tokenizer_from_vocab_merges(const std::string& vocab_json, const s
         const json added = parse_json_file(added_path);
         if (!added.is_object()) throw_error("{}: expected an object of token -> id", added_path);
         for (const auto& [content, id] : added.items()) {
-            if (!id.is_number_integer()) throw_error("{}: id of '{}' is {}, expected an integer", added_path, content, id.dump());
-            set_token(data, id.get<int32_t>(), content, TokenType::control);
+            if (!id.is_number_integer()) throw_error("{}: id of '{}' is {}, expected an integer", added_path, content, json_excerpt(id));
+            set_token(data, id.get<int64_t>(), content, TokenType::control, added_path);
         }
     }
     // Qwen2's vocabulary is GPT-2 style on disk but pre-tokenizes like Llama 3 with single digits.
@@ -222,7 +226,9 @@ TokenizerData tokenizer_from_vocab_merges(const std::string& vocab_json, const s
     const std::string model_config = sibling_path(vocab_json, "config.json");
     if (file_exists(model_config)) {
         const json config = parse_json_file(model_config);
-        if (config.is_object() && config.value("model_type", "").rfind("qwen", 0) == 0) qwen = true;
+        if (config.is_object() && config.contains("model_type") && config["model_type"].is_string() &&
+            config["model_type"].get<std::string>().rfind("qwen", 0) == 0)
+            qwen = true;
     }
     data.pre = qwen ? "qwen2" : "gpt2";
     data.eos_id = find_token(data, "<|endoftext|>");

@@ -258,6 +258,65 @@ TEST_CASE("chat template: limits stop runaway templates quickly") {
     CHECK(error_of([&] { ChatTemplate::parse(deep_not); }).find("nested too deeply") != std::string::npos);
 }
 
+TEST_CASE("chat template: hostile templates stop at the work, depth and nesting limits (fuzz findings)") {
+    // Each of these crashed, hung or exhausted memory before the limits (tests/fuzz/regressions/chat_template).
+    std::string long_chain = "{{ 1";
+    for (int k = 0; k < 3000; ++k) long_chain += " + 1";
+    long_chain += " }}";
+    std::string deep_macro = "{% macro f(n) %}";  // each call 90 blocks and a 99-operand sum deep
+    for (int k = 0; k < 90; ++k) deep_macro += "{% if true %}";
+    deep_macro += "{{ f(n";
+    for (int k = 0; k < 98; ++k) deep_macro += " + 1";
+    deep_macro += ") }}";
+    for (int k = 0; k < 90; ++k) deep_macro += "{% endif %}";
+    deep_macro += "{% endmacro %}{{ f(0) }}";
+    const std::pair<std::string, const char*> hostile[] = {
+        // strings, lists and copies doubling or multiplied until memory runs out
+        {"{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "work limit"},
+        {"{% set ns = namespace(l=[1]) %}{% for i in range(100) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", "work limit"},
+        {"{% set s = 'x' * 60000000 %}{{ [s, s, s, s, s, s, s, s] | length }}", "work limit"},
+        {"{% set s = 'a' * 60000000 %}{{ s.replace('a', s) | length }}", "work limit"},
+        {"{{ ([1] * 60000000) | length }}", "work limit"},
+        {"{{ ('a ' * 30000000).split() | length }}", "work limit"},
+        {"{% set s = ['x' * 60000000] * 17 %}{{ s | join(s[0]) | length }}", "work limit"},
+        // quadratic work: each step cheap to write, expensive to run
+        {"{% set l = range(100000) | list %}{% for i in range(100000) %}{% if i in l %}{% endif %}{% endfor %}", "work limit"},
+        {"{% set s = 'x' * 60000000 %}{% for i in range(100000) %}{% if s == s %}{% endif %}{% endfor %}", "work limit"},
+        {"{% set s = 'x' * 60000000 %}{% for i in range(100000) %}{{ s[0] }}{% endfor %}", "work limit"},
+        // recursion: stack overflows while evaluating, printing or destroying
+        {long_chain, "expression nested too deeply"},
+        {"{% set ns = namespace(x=none) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}", "nested more than 100"},
+        {"{% set ns = namespace(x=none) %}{% for i in range(1000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}", "nested more than 100"},
+        {"{% set ns = namespace() %}{% set ns.x = ns %}{{ ns }}", "nested too deeply to print"},
+        {deep_macro, "levels deep while rendering"},
+    };
+    for (const auto& [source, message] : hostile) {
+        INFO("source: " << source.substr(0, 200));
+        auto start = std::chrono::steady_clock::now();
+        std::string err = error_of([&] { ChatTemplate::parse(source).render({}, false, "", ""); });
+        CHECK(starts_with(err, "chat template: "));
+        CHECK_MESSAGE(err.find(message) != std::string::npos, err);
+        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+    }
+    // A namespace holding itself renders (and must not leak: the sanitizer build checks); repeating an empty
+    // string or list any number of times is instant.
+    CHECK(ChatTemplate::parse("{% set ns = namespace() %}{% set ns.x = ns %}ok").render({}, false, "", "") == "ok");
+    CHECK(ChatTemplate::parse("{{ ('' * 10**18) ~ 'ok' }}{{ ([] * 10**18) | length }}").render({}, false, "", "") == "ok0");
+}
+
+TEST_CASE("chat template: the limits are far above long real conversations") {
+    const ChatTemplate* llama31 = load("shared:tokenizers/chat-templates/llama3.1-instruct.jinja");
+    if (!llama31) return;
+    // 400 turns of 4 KiB (1.6 MiB of text) with tools: the Llama 3.1 template renders it within the limits.
+    Json ctx = Json::parse(R"({"add_generation_prompt": true, "bos_token": "<|begin_of_text|>", "tools": [{"type":
+        "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"]}}}], "messages": []})");
+    const std::string text(4096, 'x');
+    for (int k = 0; k < 400; ++k) ctx["messages"].push_back({{"role", k % 2 ? "assistant" : "user"}, {"content", text}});
+    std::string out = llama31->render_json(ctx.dump());
+    CHECK(out.size() > 400 * text.size());
+}
+
 TEST_CASE("chat template: random and mutated input gives errors, never crashes or hangs") {
     const char* fragments[] = {"{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", " if ", " for ", " in ", " else ",
                                " endif ", " endfor ", " set ", "=", "x", "messages", "(", ")", "[", "]", "{", "}",

@@ -356,6 +356,24 @@ TEST_CASE("convert: malformed and unsupported sources") {
     expect_convert_error(hf_dir("arch", arch, weights), tok,
                          {"architecture GPT2LMHeadModel is not supported", "LlamaForCausalLM, Qwen2ForCausalLM"});
     expect_convert_error(hf_dir("json", "{not json", weights), tok, {"config.json", "JSON"});
+    // Fields of the wrong JSON type are errors naming the file and field (not a json::type_error).
+    std::string bool_cfg = config;
+    bool_cfg.replace(bool_cfg.find("\"mlp_bias\": false"), 17, "\"mlp_bias\": 0");
+    expect_convert_error(hf_dir("booltype", bool_cfg, weights), tok,
+                         {"config.json", "field \"mlp_bias\" = 0 is not true or false"});
+    std::string tied_cfg = config;
+    tied_cfg.replace(tied_cfg.find("\"tie_word_embeddings\": true"), 27, "\"tie_word_embeddings\": \"yes\"");
+    expect_convert_error(hf_dir("tiedtype", tied_cfg, weights), tok,
+                         {"config.json", "field \"tie_word_embeddings\" = \"yes\" is not true or false"});
+    std::string rope_cfg = config;
+    rope_cfg.replace(rope_cfg.find("\"rope_scaling\": null"), 20, "\"rope_scaling\": {\"type\": \"yarn\"}");
+    expect_convert_error(hf_dir("yarn", rope_cfg, weights), tok,
+                         {"config.json", "rope_scaling type 'yarn' is not supported"});
+    // Named chat templates: entries of another shape are skipped (not a json::type_error).
+    std::filesystem::create_directories(dir.file("templates"));
+    write_file(dir.file("templates/tokenizer_config.json"),
+               R"({"chat_template": [{"name": 1, "template": "x"}, {"name": "default", "template": "T"}]})");
+    CHECK(hf_chat_template(dir.file("templates")) == "T");
 
     std::string bad = weights;
     bad[8] = '[';  // header no longer valid JSON

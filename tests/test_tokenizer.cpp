@@ -343,6 +343,49 @@ TEST_CASE("tokenizer: malformed tokenizer files give errors naming the file") {
     CHECK_THROWS_AS(Tokenizer{data}, kvlm::Error);
 }
 
+TEST_CASE("tokenizer: JSON fields of the wrong type and absurd token ids are errors naming the file") {
+    // Fuzz findings (tests/fuzz/regressions/tokenizer_json): nlohmann type errors escaped as foreign
+    // exceptions, an id of 2^32 wrapped to 0 and overwrote that token, ids up to 2^24 made 16M fillers.
+    kvlm::test::TempDir dir;
+    const std::string json_path = dir.file("tokenizer.json"), config_path = dir.file("tokenizer_config.json");
+    const std::string byte_level = R"("model": {"vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"})";
+    const std::pair<std::string, const char*> cases[] = {
+        {R"({"model": {"type": 5, "vocab": {"a": 0}, "merges": []}})", "unexpected JSON structure"},
+        {R"({"model": {"vocab": {"a": 0}, "merges": [], "byte_fallback": "yes"}})", "unexpected JSON structure"},
+        {R"({"model": {"vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [)"
+         R"({"type": "Split", "pattern": {"Regex": 7}}, {"type": "ByteLevel", "use_regex": false}]}})",
+         "unexpected JSON structure"},
+        {"{" + byte_level + R"(, "added_tokens": [{"id": 1, "content": "x", "special": 1}]})", "unexpected JSON structure"},
+        {"{" + byte_level + R"(, "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": "a"}]}})",
+         "unexpected JSON structure"},
+        {"{" + byte_level + R"(, "added_tokens": [{"id": 4294967296, "content": "x"}]})", "out of range"},
+        {"{" + byte_level + R"(, "added_tokens": [{"id": 16000000, "content": "x"}]})", "out of range"},
+        {R"({"model": {"vocab": {"a": 16000000}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}})", "vocab entry 'a'"},
+    };
+    for (const auto& [json, fragment] : cases) {
+        INFO(json);
+        kvlm::test::write_file(json_path, json);
+        try {
+            tokenizer_from_hf_json(json_path, "");
+            FAIL("no error");
+        } catch (const kvlm::Error& e) {
+            const std::string message = e.what();
+            CHECK_MESSAGE(message.find(json_path) != std::string::npos, message);
+            CHECK_MESSAGE(message.find(fragment) != std::string::npos, message);
+        }
+    }
+    // A wrongly typed field of tokenizer_config.json is reported against that file.
+    kvlm::test::write_file(json_path, "{" + byte_level + "}");
+    kvlm::test::write_file(config_path, R"({"added_tokens_decoder": {"1": {"content": "x", "special": "yes"}}})");
+    try {
+        tokenizer_from_hf_json(json_path, config_path);
+        FAIL("no error");
+    } catch (const kvlm::Error& e) {
+        const std::string message = e.what();
+        CHECK_MESSAGE(message.find(config_path + ": unexpected JSON structure") != std::string::npos, message);
+    }
+}
+
 TEST_CASE("kvlm tokenize: ids and pieces from a converted model") {
     const std::string gguf_path = data_path("stories260K/stories260K.gguf");
     if (!have_data(gguf_path)) return;

@@ -1,0 +1,80 @@
+// GGUF reader (src/gguf.cpp) and GGUF importer (src/convert_gguf.cpp) on arbitrary bytes: every metadata
+// value through every typed getter, small tensors dequantized, the tokenizer built, and a small model
+// converted to .kvlm, which must then open and verify: the converter never writes a file kvlm refuses.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "convert.h"
+#include "error.h"
+#include "fuzz/fuzz_util.h"
+#include "gguf.h"
+#include "model_file.h"
+#include "tokenizer.h"
+#include "tokenizer_import.h"
+
+namespace {
+
+constexpr int64_t kMaxDequantElements = int64_t(1) << 16;  // per tensor
+constexpr int64_t kMaxConvertElements = int64_t(1) << 17;  // whole model
+
+// Each getter returns or refuses with kvlm::Error (wrong type, value out of range).
+void read_value(const kvlm::GgufFile& g, const std::string& key) {
+    KVLM_FUZZ_ACCEPT_ERRORS(g.get_string(key));
+    KVLM_FUZZ_ACCEPT_ERRORS(g.get_int(key));
+    KVLM_FUZZ_ACCEPT_ERRORS(g.get_float(key));
+    KVLM_FUZZ_ACCEPT_ERRORS(g.get_bool(key));
+    KVLM_FUZZ_ACCEPT_ERRORS(g.get_string_array(key));
+    KVLM_FUZZ_ACCEPT_ERRORS(g.get_float_array(key));
+    KVLM_FUZZ_ACCEPT_ERRORS(g.get_int_array(key));
+}
+
+void dequantize_small_tensors(const kvlm::GgufFile& g) {
+    for (const kvlm::GgufTensor& t : g.tensors()) {
+        if (t.n_elements() > kMaxDequantElements) continue;
+        std::vector<float> out(size_t(t.n_elements()));
+        KVLM_FUZZ_ACCEPT_ERRORS(g.dequantize(t, out.data()));
+    }
+}
+
+void build_tokenizer(const kvlm::GgufFile& g) {
+    kvlm::TokenizerData data = kvlm::tokenizer_from_gguf(g);
+    kvlm::Tokenizer tokenizer(data);
+    tokenizer.decode(tokenizer.encode("Hello world <s> 12"));
+}
+
+void read_gguf(const std::string& path) {
+    auto g = kvlm::GgufFile::open(path);
+    for (const std::string& key : g->keys()) read_value(*g, key);
+    dequantize_small_tensors(*g);
+    KVLM_FUZZ_ACCEPT_ERRORS(build_tokenizer(*g));
+}
+
+// A model the importer accepts converts; the .kvlm it writes must open and verify.
+void convert_gguf(const std::string& path) {
+    kvlm::ConvertSource src = kvlm::open_gguf_source(path, "");
+    int64_t n_elements = 0;
+    for (const kvlm::TensorInfo& t : src.tensors) n_elements += kvlm::tensor_n_rows(t) * kvlm::tensor_row_len(t);
+    if (n_elements > kMaxConvertElements) return;
+    kvlm::ConvertOptions options;
+    options.source = path;
+    options.output = kvlm::fuzz::scratch_dir() + "/out.kvlm";
+    options.quiet = true;
+    kvlm::convert_model(options, false);
+    try {
+        kvlm::ModelFile::open(options.output)->verify();
+    } catch (const kvlm::Error& e) {
+        std::fprintf(stderr, "fuzz_gguf: converted model does not load: %s\n", e.what());
+        std::abort();
+    }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    std::string path = kvlm::fuzz::write_scratch("fuzz.gguf", data, size);
+    KVLM_FUZZ_ACCEPT_ERRORS(read_gguf(path));
+    KVLM_FUZZ_ACCEPT_ERRORS(convert_gguf(path));
+    return 0;
+}

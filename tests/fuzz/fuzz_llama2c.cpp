@@ -1,0 +1,75 @@
+// llama2.c checkpoint reader (src/llama2c_checkpoint.cpp), its importer (src/convert_llama2c.cpp) and the
+// tokenizer.bin reader (src/tokenizer_import_llama2c.cpp). The first byte picks what the rest is (mode % 3):
+//   0: a checkpoint: open, small element ranges of every tensor read as f32, and a small model converted
+//      with stories260K's tok512.bin (the .kvlm written must open and verify);
+//   1: a tokenizer.bin read to its end (n_vocab 0), then built into a Tokenizer;
+//   2: a tokenizer.bin read for exactly 512 tokens, as for stories260K.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "convert.h"
+#include "error.h"
+#include "fuzz/fuzz_util.h"
+#include "llama2c_checkpoint.h"
+#include "model_file.h"
+#include "tokenizer.h"
+#include "tokenizer_import.h"
+
+namespace {
+
+constexpr int64_t kMaxReadElements = 256;                  // per range
+constexpr int64_t kMaxConvertElements = int64_t(1) << 17;  // whole model
+
+void read_checkpoint(const std::string& path) {
+    auto ck = kvlm::Llama2cCheckpoint::open(path);
+    for (const kvlm::Llama2cTensor& t : ck->tensors()) {
+        const int64_t n = t.n_elements();
+        std::vector<float> out(size_t(std::min(n, kMaxReadElements)));
+        for (int64_t begin : {int64_t(0), n / 2, n - int64_t(out.size())})
+            ck->read_f32(t, begin, std::min<int64_t>(int64_t(out.size()), n - begin), out.data());
+    }
+}
+
+void convert_checkpoint(const std::string& path) {
+    const std::string tokenizer = kvlm::fuzz::test_data("stories260K/tok512.bin");
+    kvlm::ConvertSource src = kvlm::open_llama2c_source(path, tokenizer);
+    int64_t n_elements = 0;
+    for (const kvlm::TensorInfo& t : src.tensors) n_elements += kvlm::tensor_n_rows(t) * kvlm::tensor_row_len(t);
+    if (n_elements > kMaxConvertElements) return;
+    kvlm::ConvertOptions options;
+    options.source = path;
+    options.tokenizer = tokenizer;
+    options.output = kvlm::fuzz::scratch_dir() + "/out.kvlm";
+    options.quiet = true;
+    kvlm::convert_model(options, false);
+    try {
+        kvlm::ModelFile::open(options.output)->verify();
+    } catch (const kvlm::Error& e) {
+        std::fprintf(stderr, "fuzz_llama2c: converted model does not load: %s\n", e.what());
+        std::abort();
+    }
+}
+
+void read_tokenizer(const std::string& path, int32_t n_vocab) {
+    kvlm::Tokenizer tokenizer(kvlm::tokenizer_from_llama2c(path, n_vocab));
+    tokenizer.decode(tokenizer.encode("Once upon a time <s> 12"));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    if (size < 1) return 0;
+    const int mode = data[0] % 3;
+    // The importers pick the reader by content and extension: keep ".bin" as llama2.c files have.
+    std::string path = kvlm::fuzz::write_scratch("fuzz.bin", data + 1, size - 1);
+    if (mode == 0) {
+        KVLM_FUZZ_ACCEPT_ERRORS(read_checkpoint(path));
+        KVLM_FUZZ_ACCEPT_ERRORS(convert_checkpoint(path));
+    } else {
+        KVLM_FUZZ_ACCEPT_ERRORS(read_tokenizer(path, mode == 1 ? 0 : 512));
+    }
+    return 0;
+}

@@ -1,0 +1,65 @@
+// Session KV block loader (SessionStore::read_block in src/session_store.h, decode_block_header in
+// src/session_format.h) on arbitrary bytes. The input is a block file, stored where a ref naming the hash in
+// its own header finds it (blocks/ab/<hash>.kvb of a scratch store); the ref's hash, n_tokens and checksum
+// and the namespace come from that header too, so inputs get past the naming checks to the size and
+// payload checks. read_block is asked for the payload sizes of real models; it must report problems as
+// text, never throw, and hand back exactly the payload when it accepts the file.
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "fuzz/fuzz_util.h"
+#include "session_format.h"
+#include "session_store.h"
+
+namespace {
+
+// kv_block_bytes() of real models at block size 16: n_layers * 2 * 16 * n_kv_heads * head_dim * dtype size.
+const size_t kPayloadSizes[] = {
+    5 * 2 * 16 * 4 * 8 * 4,    // stories260K, f32 KV (the seeds)
+    30 * 2 * 16 * 3 * 64 * 4,  // SmolLM2-135M, f32
+    16 * 2 * 16 * 8 * 64 * 2,  // Llama 3.2 1B, f16
+};
+
+template <typename T>
+T field(const uint8_t* data, size_t size, size_t offset) {  // little-endian header field, 0 past the end
+    T value{};
+    if (offset + sizeof(T) <= size) std::memcpy(&value, data + offset, sizeof(T));
+    return value;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    // Header layout (session_format.cpp): magic, version, namespace @8, hash @24, n_tokens @40, payload
+    // size @48, payload checksum @56.
+    kvlm::BlockHash kv_namespace{field<uint64_t>(data, size, 8), field<uint64_t>(data, size, 16)};
+    kvlm::SessionBlockRef ref;
+    ref.hash = {field<uint64_t>(data, size, 24), field<uint64_t>(data, size, 32)};
+    ref.n_tokens = field<int32_t>(data, size, 40);
+    ref.checksum = field<uint64_t>(data, size, 56);
+
+    const kvlm::SessionStore store(kvlm::fuzz::scratch_dir() + "/store");
+    const std::string path = store.block_path(ref.hash);
+    kvlm::fuzz::write_scratch(path.substr(kvlm::fuzz::scratch_dir().size() + 1), data, size);
+    for (size_t payload_size : kPayloadSizes) {
+        std::vector<uint8_t> payload;
+        const std::string problem = store.read_block(ref, kv_namespace, payload_size, &payload);
+        if (problem.empty() && (size != kvlm::kBlockHeaderSize + payload_size ||
+                                std::memcmp(payload.data(), data + kvlm::kBlockHeaderSize, payload_size) != 0))
+            std::abort();  // accepted, but not exactly this file's payload
+    }
+    std::filesystem::remove(path);  // one file per hash: do not let the scratch store grow
+
+    bool accepted = false;
+    KVLM_FUZZ_ACCEPT_ERRORS(kvlm::decode_block_header(data, size, size, "fuzz.kvb"); accepted = true);
+    if (accepted) {  // the same header must refuse a file of any other size
+        bool also_longer = false;
+        KVLM_FUZZ_ACCEPT_ERRORS(kvlm::decode_block_header(data, size, size + 1, "fuzz.kvb"); also_longer = true);
+        if (also_longer) std::abort();
+    }
+    return 0;
+}
