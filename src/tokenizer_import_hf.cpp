@@ -139,7 +139,7 @@ TokenizerData read_hf_json(const json& root, const std::string& path, const std:
     const bool byte_level = has_type(pre_parts, "ByteLevel") || has_type(decoders, "ByteLevel");
     if (byte_level) {
         data.type = "bpe";
-        data.pre = infer_pre(root["pre_tokenizer"], path);
+        data.pre = infer_pre(root.value("pre_tokenizer", json()), path);  // ByteLevel may be only in the decoder
     } else if (model.value("byte_fallback", false) || has_type(decoders, "ByteFallback") ||
                has_type(pre_parts, "Metaspace") || has_type(normalizers, "Prepend")) {
         data.type = "spm";
