@@ -290,7 +290,9 @@ TEST_CASE("chat template: hostile templates stop at the work, depth and nesting 
         {"{% set ns = namespace() %}{% set ns.x = ns %}{{ ns }}", "nested too deeply to print"},
         {deep_macro, "levels deep while rendering"},
     };
-    for (const auto& [source, message] : hostile) {
+    for (const auto& hostile_case : hostile) {
+        const auto& source = hostile_case.first;  // no structured binding: clang 14 cannot capture one
+        const auto& message = hostile_case.second;
         INFO("source: " << source.substr(0, 200));
         auto start = std::chrono::steady_clock::now();
         std::string err = error_of([&] { ChatTemplate::parse(source).render({}, false, "", ""); });
