@@ -12,7 +12,9 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 export KVLM_TEST_DATA=${KVLM_TEST_DATA:-$root/../shared/models}
 targets=("$@")
 if (( ${#targets[@]} == 0 )); then
-    for bin in "$build"/fuzzers/fuzz_*; do targets+=("$(basename "$bin")"); done
+    for bin in "$build"/fuzzers/fuzz_*; do
+        [[ -x $bin && $bin != *.d ]] && targets+=("$(basename "$bin")")  # skip the make dependency files
+    done
 fi
 logs="$build/fuzz-logs" && mkdir -p "$logs"
 
