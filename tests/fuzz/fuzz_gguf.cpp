@@ -17,7 +17,6 @@
 namespace {
 
 constexpr int64_t kMaxDequantElements = int64_t(1) << 16;  // per tensor
-constexpr int64_t kMaxConvertElements = int64_t(1) << 17;  // whole model
 
 // Each getter returns or refuses with kvlm::Error (wrong type, value out of range).
 void read_value(const kvlm::GgufFile& g, const std::string& key) {
@@ -53,21 +52,7 @@ void read_gguf(const std::string& path) {
 
 // A model the importer accepts converts; the .kvlm it writes must open and verify.
 void convert_gguf(const std::string& path) {
-    kvlm::ConvertSource src = kvlm::open_gguf_source(path, "");
-    int64_t n_elements = 0;
-    for (const kvlm::TensorInfo& t : src.tensors) n_elements += kvlm::tensor_n_rows(t) * kvlm::tensor_row_len(t);
-    if (n_elements > kMaxConvertElements) return;
-    kvlm::ConvertOptions options;
-    options.source = path;
-    options.output = kvlm::fuzz::scratch_dir() + "/out.kvlm";
-    options.quiet = true;
-    kvlm::convert_model(options, false);
-    try {
-        kvlm::ModelFile::open(options.output)->verify();
-    } catch (const kvlm::Error& e) {
-        std::fprintf(stderr, "fuzz_gguf: converted model does not load: %s\n", e.what());
-        std::abort();
-    }
+    kvlm::fuzz::convert_if_small_and_verify(kvlm::open_gguf_source(path, ""), path, "", "fuzz_gguf");
 }
 
 }  // namespace

@@ -21,7 +21,6 @@
 namespace {
 
 constexpr int64_t kMaxReadElements = 256;                  // per range
-constexpr int64_t kMaxConvertElements = int64_t(1) << 17;  // whole model
 
 void read_checkpoint(const std::string& path) {
     auto ck = kvlm::Llama2cCheckpoint::open(path);
@@ -35,22 +34,7 @@ void read_checkpoint(const std::string& path) {
 
 void convert_checkpoint(const std::string& path) {
     const std::string tokenizer = kvlm::fuzz::test_data("stories260K/tok512.bin");
-    kvlm::ConvertSource src = kvlm::open_llama2c_source(path, tokenizer);
-    int64_t n_elements = 0;
-    for (const kvlm::TensorInfo& t : src.tensors) n_elements += kvlm::tensor_n_rows(t) * kvlm::tensor_row_len(t);
-    if (n_elements > kMaxConvertElements) return;
-    kvlm::ConvertOptions options;
-    options.source = path;
-    options.tokenizer = tokenizer;
-    options.output = kvlm::fuzz::scratch_dir() + "/out.kvlm";
-    options.quiet = true;
-    kvlm::convert_model(options, false);
-    try {
-        kvlm::ModelFile::open(options.output)->verify();
-    } catch (const kvlm::Error& e) {
-        std::fprintf(stderr, "fuzz_llama2c: converted model does not load: %s\n", e.what());
-        std::abort();
-    }
+    kvlm::fuzz::convert_if_small_and_verify(kvlm::open_llama2c_source(path, tokenizer), path, tokenizer, "fuzz_llama2c");
 }
 
 void read_tokenizer(const std::string& path, int32_t n_vocab) {

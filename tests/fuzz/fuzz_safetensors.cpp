@@ -23,7 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kMaxReadElements = 256;                  // per range
-constexpr int64_t kMaxConvertElements = int64_t(1) << 17;  // whole model
 
 // First, middle and last elements of each supported tensor.
 void read_tensor(const kvlm::SafetensorsTensor& t) {
@@ -72,22 +71,7 @@ void read_sharded(const std::string& index, const std::string& shard) {
 void convert_hf(const std::string& config, const std::string& weights) {
     std::string dir = make_dir("hf", {{"config.json", config}, {"model.safetensors", weights}});
     const std::string tokenizer = kvlm::fuzz::test_data("stories260K/tok512.bin");
-    kvlm::ConvertSource src = kvlm::open_hf_source(dir, tokenizer);
-    int64_t n_elements = 0;
-    for (const kvlm::TensorInfo& t : src.tensors) n_elements += kvlm::tensor_n_rows(t) * kvlm::tensor_row_len(t);
-    if (n_elements > kMaxConvertElements) return;
-    kvlm::ConvertOptions options;
-    options.source = dir;
-    options.tokenizer = tokenizer;
-    options.output = kvlm::fuzz::scratch_dir() + "/out.kvlm";
-    options.quiet = true;
-    kvlm::convert_model(options, false);
-    try {
-        kvlm::ModelFile::open(options.output)->verify();
-    } catch (const kvlm::Error& e) {
-        std::fprintf(stderr, "fuzz_safetensors: converted model does not load: %s\n", e.what());
-        std::abort();
-    }
+    kvlm::fuzz::convert_if_small_and_verify(kvlm::open_hf_source(dir, tokenizer), dir, tokenizer, "fuzz_safetensors");
 }
 
 }  // namespace

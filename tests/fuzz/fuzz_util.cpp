@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "error.h"
+#include "model_file.h"
+
 namespace fs = std::filesystem;
 
 namespace kvlm::fuzz {
@@ -58,6 +61,26 @@ std::string test_data(const std::string& relative) {
         std::abort();
     }
     return path.string();
+}
+
+void convert_if_small_and_verify(const ConvertSource& opened, const std::string& source, const std::string& tokenizer,
+                                 const char* target) {
+    constexpr int64_t kMaxConvertElements = int64_t(1) << 17;  // whole model: keeps each input fast
+    int64_t n_elements = 0;
+    for (const TensorInfo& t : opened.tensors) n_elements += tensor_n_rows(t) * tensor_row_len(t);
+    if (n_elements > kMaxConvertElements) return;
+    ConvertOptions options;
+    options.source = source;
+    options.tokenizer = tokenizer;
+    options.output = scratch_dir() + "/out.kvlm";
+    options.quiet = true;
+    convert_model(options, false);
+    try {
+        ModelFile::open(options.output)->verify();
+    } catch (const Error& e) {
+        std::fprintf(stderr, "%s: converted model does not load: %s\n", target, e.what());
+        std::abort();
+    }
 }
 
 }  // namespace kvlm::fuzz

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "convert.h"
+
 namespace kvlm::fuzz {
 
 // A directory private to this process (under /dev/shm when it exists), created on first use.
@@ -18,6 +20,12 @@ std::string write_scratch(const std::string& name, std::string_view text);
 // A file of the shared test data: $KVLM_TEST_DATA/relative, default ../shared/models; aborts with a
 // message naming the path when it is missing (targets that need real files cannot run without them).
 std::string test_data(const std::string& relative);
+
+// The importers' end-to-end check: when `source` (already opened as `opened`) has at most 2^17 weights,
+// converts it (with `tokenizer`, may be empty) to a scratch .kvlm and aborts, naming `target`, unless that
+// file opens and verifies - the converter must never write a file kvlm refuses. Throws what convert throws.
+void convert_if_small_and_verify(const ConvertSource& opened, const std::string& source, const std::string& tokenizer,
+                                 const char* target);
 
 }  // namespace kvlm::fuzz
 
