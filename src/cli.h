@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "byte_size.h"  // parse_byte_size for the flags
 #include "sampler.h"
 
 namespace kvlm {
@@ -113,10 +114,5 @@ struct BenchOptions {
     int32_t scenario_tokens = 0;                  // history length for the cache scenarios (0 = first -p)
 };
 int cmd_bench(const BenchOptions& options);
-
-// "512MiB", "4GiB", "1000000" (bytes) -> bytes; throws Error naming the flag on bad input.
-uint64_t parse_byte_size(const std::string& text, const char* flag_name);
-// bytes -> "96KiB", "1.3GiB": rounded up to one decimal, so parse_byte_size of it is at least `bytes`.
-std::string byte_size_text(uint64_t bytes);
 
 }  // namespace kvlm

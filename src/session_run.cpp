@@ -5,7 +5,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "cli.h"
+#include "byte_size.h"
 #include "error.h"
 
 namespace kvlm {
