@@ -72,7 +72,7 @@ debug:
 # One clang build serves the sanitized tests and the fuzzers: the library is compiled once with
 # ASan+UBSan plus libFuzzer's coverage hooks (fuzzer-no-link), which plain executables ignore.
 SAN_BUILD  ?= build/sanitize
-SAN_CXXFLAGS := -O1 -g -march=$(ARCH) $(SAN_FLAGS) -fsanitize=fuzzer-no-link
+SAN_CXXFLAGS := -O1 -gline-tables-only -march=$(ARCH) $(SAN_FLAGS) -fsanitize=fuzzer-no-link
 SAN_MAKE   := $(MAKE) CXX=clang++ CUDA=0 BUILD=$(SAN_BUILD) BIN=$(SAN_BUILD)/kvlm CXXFLAGS="$(SAN_CXXFLAGS)"
 # The sanitized run skips only the cases whose cost is arithmetic over real-size weights, not parsing or
 # bookkeeping (SmolLM2 forward passes); `make debug` runs every case.

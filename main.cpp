@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
     run_cmd->add_option("-t,--threads", run.n_threads, "CPU threads (default: all cores)");
     run_cmd->add_option("--block-size", run.block_size, "Tokens per KV block")->capture_default_str();
     run_cmd->add_option("--kv-mem", run.kv_mem, "KV-cache memory budget (e.g. 512MiB; default: fits the context)");
+    run_cmd->add_option("--kv-dtype", run.kv_dtype, "KV-cache element type: f32, f16 or bf16")->capture_default_str();
     run_cmd->add_option("--device", run.device, "auto, cuda or cpu")->capture_default_str();
     run_cmd->add_flag("--chat", run.chat, "Wrap the prompt as one user turn of the model's chat template");
     run_cmd->add_option("--system", run.system, "System prompt (with --chat)");
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
     bench_cmd->add_option("--device", bench.device, "auto, cuda or cpu")->capture_default_str();
     bench_cmd->add_option("-t,--threads", bench.n_threads, "CPU threads (default: all cores)");
     bench_cmd->add_option("--block-size", bench.block_size, "Tokens per KV block")->capture_default_str();
+    bench_cmd->add_option("--kv-dtype", bench.kv_dtype, "KV-cache element type: f32, f16 or bf16")->capture_default_str();
     bench_cmd->add_option("--scenario-tokens", bench.scenario_tokens,
                           "History length of the prefix-cache and session scenarios (default: the first -p)");
     bench_cmd->add_flag("!--no-scenarios", bench.scenarios, "Only the throughput tests");
@@ -115,6 +117,7 @@ int main(int argc, char** argv) {
     chat_cmd->add_option("-t,--threads", chat.n_threads, "CPU threads (default: all cores)");
     chat_cmd->add_option("--block-size", chat.block_size, "Tokens per KV block")->capture_default_str();
     chat_cmd->add_option("--kv-mem", chat.kv_mem, "KV-cache memory budget (e.g. 512MiB; default: fits the context)");
+    chat_cmd->add_option("--kv-dtype", chat.kv_dtype, "KV-cache element type: f32, f16 or bf16")->capture_default_str();
     chat_cmd->add_option("--device", chat.device, "auto, cuda or cpu")->capture_default_str();
     chat_cmd->add_flag("-v,--verbose", chat.verbose, "A stats line on stderr after each answer");
     chat_cmd->add_flag("--single", chat.single, "Piped stdin is one message (default: one message per line)");

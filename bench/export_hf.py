@@ -2,12 +2,13 @@
 """Writes a .kvlm model's weights as a Hugging Face Llama/Qwen2 directory (config.json + model.safetensors),
 so PyTorch/transformers can run the very same weights side by side with kvlm (bench/transformers_bench.py).
 
-Reads the file as docs/FORMAT.md describes it (numpy only; bf16 bytes are copied as they are). kvlm already
+Reads the file as docs/FORMAT.md describes it (standard library only; bf16 bytes are copied as they are). kvlm already
 stores q/k rows in Hugging Face's rotate_half order, so tensors are renamed, not permuted. The tokenizer is
 not exported: benchmarks feed token ids.
 
 Checked by round trip: `kvlm convert OUT_DIR --tokenizer DIR -o again.kvlm` gives the same fingerprint
-(SmolLM2-135M bf16, 2026-11-22). No numpy needed.
+(SmolLM2-135M bf16, 2026-11-22), and transformers' greedy continuation of the exported stories260K
+(f32) equals the golden reference ids (40 tokens, 2026-11-22). No numpy needed.
 
 Usage: export_hf.py MODEL.kvlm OUT_DIR
 """

@@ -33,7 +33,13 @@ fi
 
 plan_for() {  # plan_for MODEL -> kvlm bench flags
     if [ -n "${PLAN:-}" ]; then echo "$PLAN"; return; fi
-    if [ "$gpu" = 1 ]; then echo "-p 512,2048 -n 128 -d 0,4096 -r 5"; return; fi
+    if [ "$gpu" = 1 ]; then
+        case "$(basename "$1")" in
+            stories260K.kvlm) echo "-p 512,2048 -n 128 -d 0,4096 -r 5" ;;
+            *) echo "-p 512,2048 -n 128 -d 0,4096 -r 5 --kv-dtype bf16" ;;  # 16-bit weights: a 16-bit KV cache
+        esac
+        return
+    fi
     case "$(basename "$1")" in
         stories260K.kvlm) echo "-p 512 -n 128 -r 5" ;;
         smollm2-*) echo "-p 128 -n 32 -r 3" ;;

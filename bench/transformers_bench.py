@@ -18,6 +18,7 @@ import statistics
 import time
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM
 
 
@@ -47,7 +48,10 @@ def main():
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.bfloat16).to(args.device).eval()
+    # transformers 4.56 renamed torch_dtype to dtype (5.x warns about the old name).
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    dtype_arg = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, **{dtype_arg: torch.bfloat16}).to(args.device).eval()
     vocab = model.config.vocab_size
     gen = torch.Generator(device="cpu").manual_seed(42)
 

@@ -16,6 +16,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "error.h"
+#include "graph_cache.h"
 #include "matmul.h"
 #include "model_file.h"
 #include "progress.h"
@@ -25,9 +26,11 @@ namespace kvlm {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr int32_t kCudaMaxBatch = 512;        // tokens per forward batch (longer prompts are chunked)
+constexpr int32_t kCudaMaxBatch = 2048;       // tokens per forward batch (longer prompts are chunked)
+constexpr int32_t kLogitsRows = 256;          // rows of the logits buffer (all-logits batches go in chunks)
 constexpr int64_t kAttentionSplitRows = 256;  // (head, split) rows per query head of attention scratch
 constexpr size_t kStagingBytes = 32u << 20;   // per pinned staging buffer (two, double-buffered)
+constexpr int32_t kTensorCorePrefillMin = 16;  // batch size from which prefill attention uses tensor cores
 
 // Device allocations freed when the owner dies (also when its constructor throws half-way).
 class DeviceArena {
@@ -124,8 +127,13 @@ public:
         upload_weights(weights, show_progress);
         allocate_kv_pool();
         allocate_scratch();
-        name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB)", prop_.name, prop_.multiProcessorCount,
-                            double(prop_.totalGlobalMem) / kGiB);
+        fused_decode_ = std::all_of(weights_.layers.begin(), weights_.layers.end(), [](const LayerWeights& lw) {
+            return lw.ffn_gate.dtype == lw.ffn_up.dtype;
+        });
+        use_graphs_ = options.cuda_graphs && fused_decode_;
+        name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{})", prop_.name, prop_.multiProcessorCount,
+                            double(prop_.totalGlobalMem) / kGiB,
+                            use_graphs_ ? ", decode in CUDA graphs" : fused_decode_ ? ", CUDA graphs off" : "");
     }
 
     ~CudaBackend() override {
@@ -167,6 +175,10 @@ public:
     void forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table, float* logits,
                  bool all_logits) override {
         check_forward(tokens, n_tokens, pos, table);
+        if (n_tokens == 1 && fused_decode_) {
+            decode_step(tokens[0], pos, table, logits);
+            return;
+        }
         const int64_t n_blocks_used = (int64_t(pos) + n_tokens + layout_.block_size - 1) / layout_.block_size;
         ensure_table_capacity(n_blocks_used);
         for (int32_t start = 0; start < n_tokens; start += max_batch_) {
@@ -284,7 +296,6 @@ private:
         const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(layout_.row_elements());
         x_ = arena_.alloc<float>(b * c.n_embd, "activations");
         h_ = arena_.alloc<float>(b * c.n_embd, "activations");
-        tmp_ = arena_.alloc<float>(b * c.n_embd, "activations");
         q_ = arena_.alloc<float>(b * q_dim, "activations");
         att_ = arena_.alloc<float>(b * q_dim, "activations");
         k_ = arena_.alloc<float>(b * kv_dim, "activations");
@@ -293,7 +304,7 @@ private:
         up_ = arena_.alloc<float>(b * c.n_ff, "activations");
         size_t widest = std::max({size_t(c.n_embd), q_dim, size_t(c.n_ff)});
         converted_ = arena_.alloc<uint16_t>(b * widest, "GEMM input scratch");
-        logits_ = arena_.alloc<float>(b * c.n_vocab, "the logits buffer");
+        logits_ = arena_.alloc<float>(size_t(std::min(max_batch_, kLogitsRows)) * c.n_vocab, "the logits buffer");
         attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;
         attention_.partials = arena_.alloc<float>(size_t(attention_.max_rows) * (kCudaMaxHeadDim + 2),
                                                   "attention scratch");
@@ -315,10 +326,31 @@ private:
         ints_ = arena_.alloc<int32_t>(count, "the block table");  // the old one stays in the arena until the end
         ints_host_ = std::make_unique<PinnedBuffer>(count * sizeof(int32_t));
         table_capacity_ = n_blocks;
+        decode_graphs_.clear();  // their kernels read the old ints_
     }
 
     void matmul(float* out, const float* in, const TensorView& w, int32_t n) {
         launch_matmul(cublas_->handle, out, in, w.data, w.dtype, n, w.shape[1], w.shape[0], converted_, stream());
+    }
+
+    // The input of GEMMs over weights of `dtype`: n rows of x (width floats), RMS-normalised by `norm` when
+    // given, as f32 (x itself or h_) for f32 weights, else rounded to the weights' 16-bit type in converted_
+    // in the same pass. Valid until the next gemm_input.
+    const void* gemm_input(const float* x, const float* norm, int32_t n, int32_t width, DType dtype) {
+        if (dtype == DType::f32) {
+            if (!norm) return x;
+            launch_rmsnorm(h_, x, norm, n, width, config_.norm_eps, stream());
+            return h_;
+        }
+        if (norm) launch_rmsnorm_to(converted_, x, norm, n, width, config_.norm_eps, dtype, stream());
+        else launch_convert_from_f32(converted_, x, dtype, int64_t(n) * width, stream());
+        return converted_;
+    }
+
+    // out = W in, or out += W in when accumulate (in from gemm_input, in w's dtype).
+    void gemm(float* out, const void* in, const TensorView& w, int32_t n, bool accumulate = false) {
+        launch_matmul_prepared(cublas_->handle, out, in, w.data, w.dtype, n, w.shape[1], w.shape[0], accumulate,
+                               stream());
     }
 
     // Runs n <= max_batch_ tokens whose ids, positions and block table were uploaded into ints_.
@@ -332,37 +364,116 @@ private:
         launch_embed(x_, tokens, weights_.token_embd.data, weights_.token_embd.dtype, n, dim, s);
         for (int32_t layer = 0; layer < c.n_layers; layer++) {
             const LayerWeights& lw = weights_.layers[size_t(layer)];
-            launch_rmsnorm(h_, x_, f32(lw.attn_norm), n, dim, c.norm_eps, s);
-            matmul(q_, h_, lw.attn_q, n);
-            matmul(k_, h_, lw.attn_k, n);
-            matmul(v_, h_, lw.attn_v, n);
+            // Q, K and V read one normalised input (made again only if their weight dtypes differ).
+            const float* attn_norm = f32(lw.attn_norm);
+            const void* in = gemm_input(x_, attn_norm, n, dim, lw.attn_q.dtype);
+            gemm(q_, in, lw.attn_q, n);
+            if (lw.attn_k.dtype != lw.attn_q.dtype) in = gemm_input(x_, attn_norm, n, dim, lw.attn_k.dtype);
+            gemm(k_, in, lw.attn_k, n);
+            if (lw.attn_v.dtype != lw.attn_k.dtype) in = gemm_input(x_, attn_norm, n, dim, lw.attn_v.dtype);
+            gemm(v_, in, lw.attn_v, n);
             if (c.qkv_bias) {
                 launch_add_bias(q_, f32(lw.attn_q_bias), n, q_dim, s);
                 launch_add_bias(k_, f32(lw.attn_k_bias), n, kv_dim, s);
                 launch_add_bias(v_, f32(lw.attn_v_bias), n, kv_dim, s);
             }
-            launch_rope(q_, positions, inv_freq_, n, c.n_heads, c.head_dim, s);
-            launch_rope(k_, positions, inv_freq_, n, c.n_kv_heads, c.head_dim, s);
-            launch_kv_write(kv_, layout_, layer, k_, v_, block_table, positions, n, s);
-            launch_paged_attention(att_, q_, kv_, layout_, layer, block_table, positions, n, c.n_heads, pos + n,
-                                   prop_.multiProcessorCount, attention_, s);
-            matmul(tmp_, att_, lw.attn_output, n);
-            launch_add(x_, tmp_, int64_t(n) * dim, s);
+            launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, block_table, positions, inv_freq_, n, c.n_heads, s);
+            // Long batches (prefill) on tensor cores when the KV cache is 16-bit; short ones, and f32 caches,
+            // through the flash-decoding kernel (f32 arithmetic throughout).
+            if (n >= kTensorCorePrefillMin && prefill_attention_supports(layout_))
+                launch_prefill_attention(att_, q_, kv_, layout_, layer, block_table, positions, n, c.n_heads, s);
+            else
+                launch_paged_attention(att_, q_, kv_, layout_, layer, block_table, positions, n, c.n_heads, pos + n,
+                                       prop_.multiProcessorCount, attention_, s);
+            gemm(x_, gemm_input(att_, nullptr, n, q_dim, lw.attn_output.dtype), lw.attn_output, n, true);  // x += W_o att
 
-            launch_rmsnorm(h_, x_, f32(lw.ffn_norm), n, dim, c.norm_eps, s);
-            matmul(gate_, h_, lw.ffn_gate, n);
-            matmul(up_, h_, lw.ffn_up, n);
-            launch_swiglu(gate_, gate_, up_, n, c.n_ff, s);
-            matmul(tmp_, gate_, lw.ffn_down, n);
-            launch_add(x_, tmp_, int64_t(n) * dim, s);
+            const float* ffn_norm = f32(lw.ffn_norm);
+            in = gemm_input(x_, ffn_norm, n, dim, lw.ffn_gate.dtype);
+            gemm(gate_, in, lw.ffn_gate, n);
+            if (lw.ffn_up.dtype != lw.ffn_gate.dtype) in = gemm_input(x_, ffn_norm, n, dim, lw.ffn_up.dtype);
+            gemm(up_, in, lw.ffn_up, n);
+            // silu(gate) * up, made directly in the down projection's input type.
+            const void* act = gate_;
+            if (lw.ffn_down.dtype == DType::f32) {
+                launch_swiglu(gate_, gate_, up_, n, c.n_ff, s);
+            } else {
+                launch_swiglu_to(converted_, gate_, up_, n, c.n_ff, lw.ffn_down.dtype, s);
+                act = converted_;
+            }
+            gemm(x_, act, lw.ffn_down, n, true);  // x += W_down act
         }
         if (!logits) return;
         int32_t rows = all_logits ? n : 1;
         const float* last = x_ + int64_t(n - rows) * dim;
         launch_rmsnorm(h_, last, f32(weights_.output_norm), rows, dim, c.norm_eps, s);
-        matmul(logits_, h_, weights_.output, rows);
-        CUDA_CHECK(cudaMemcpyAsync(logits, logits_, size_t(rows) * c.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, s));
+        for (int32_t row = 0; row < rows; row += kLogitsRows) {
+            const int32_t chunk = std::min(kLogitsRows, rows - row);
+            if (row > 0) CUDA_CHECK(cudaStreamSynchronize(s));  // the previous chunk has left logits_
+            matmul(logits_, h_ + int64_t(row) * dim, weights_.output, chunk);
+            CUDA_CHECK(cudaMemcpyAsync(logits + int64_t(row) * c.n_vocab, logits_,
+                                       size_t(chunk) * c.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, s));
+        }
         CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+
+    // One token (the decode step): fused single-token kernels (gemv.cu, rope_kv_write.cu) and attention
+    // whose split count is fixed per launch and whose per-query split length is derived on the device, so
+    // the whole step - everything but the input upload and the logits download - replays as one CUDA graph
+    // per split count. The graph's kernels read the token, its position and the block table from ints_.
+    void decode_step(int32_t token, int32_t pos, const BlockTable& table, float* logits) {
+        const int64_t n_blocks_used = int64_t(pos) / layout_.block_size + 1;
+        ensure_table_capacity(n_blocks_used);  // clears the graphs when ints_ moves
+        int32_t* host = reinterpret_cast<int32_t*>(ints_host_->data());
+        host[0] = token;
+        host[max_batch_] = pos;
+        std::memcpy(host + 2 * max_batch_, table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
+        CUDA_CHECK(cudaMemcpyAsync(ints_, host, size_t(2 * max_batch_ + n_blocks_used) * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, stream()));
+        const int32_t n_splits =
+            paged_attention_split_count(1, config_.n_heads, pos + 1, prop_.multiProcessorCount, attention_);
+        if (use_graphs_) decode_graphs_.launch(n_splits, stream(), [&] { enqueue_decode(n_splits); });
+        else enqueue_decode(n_splits);
+        CUDA_CHECK(cudaMemcpyAsync(logits, logits_, size_t(config_.n_vocab) * sizeof(float), cudaMemcpyDeviceToHost,
+                                   stream()));
+        CUDA_CHECK(cudaStreamSynchronize(stream()));
+    }
+
+    // The decode step's launches (captured into a graph or run directly): 6 per layer, 7 when attention splits.
+    void enqueue_decode(int32_t n_splits) {
+        const ModelConfig& c = config_;
+        const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim, kv_dim = int32_t(layout_.row_elements());
+        const int32_t *tokens = ints_, *positions = ints_ + max_batch_, *block_table = ints_ + 2 * max_batch_;
+        cudaStream_t s = stream();
+        const auto f32 = [](const TensorView& v) { return static_cast<const float*>(v.data); };
+        const auto output = [](float* out, const TensorView& w, const TensorView* bias, int32_t n_out) {
+            GemvOutput o;
+            o.out = out, o.weight = w.data, o.dtype = w.dtype, o.n_out = n_out;
+            o.bias = bias ? static_cast<const float*>(bias->data) : nullptr;
+            return o;
+        };
+        launch_embed(x_, tokens, weights_.token_embd.data, weights_.token_embd.dtype, 1, dim, s);
+        for (int32_t layer = 0; layer < c.n_layers; layer++) {
+            const LayerWeights& lw = weights_.layers[size_t(layer)];
+            const bool bias = c.qkv_bias;
+            const GemvOutput qkv[3] = {output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
+                                       output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
+                                       output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
+            launch_gemv(qkv, 3, x_, dim, f32(lw.attn_norm), c.norm_eps, false, s);
+            launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, block_table, positions, inv_freq_, 1, c.n_heads, s);
+            launch_paged_attention_splits(att_, q_, kv_, layout_, layer, block_table, positions, 1, c.n_heads, n_splits,
+                                          attention_, s);
+            const GemvOutput attn_out = output(x_, lw.attn_output, nullptr, dim);
+            launch_gemv(&attn_out, 1, att_, q_dim, nullptr, 0.0f, true, s);  // x += W_o att
+            launch_gemv_swiglu(gate_, x_, lw.ffn_gate.data, lw.ffn_up.data, lw.ffn_gate.dtype, dim, c.n_ff,
+                               f32(lw.ffn_norm), c.norm_eps, s);
+            const GemvOutput ffn_out = output(x_, lw.ffn_down, nullptr, dim);
+            launch_gemv(&ffn_out, 1, gate_, c.n_ff, nullptr, 0.0f, true, s);  // x += W_down swiglu
+        }
+        // The head's norm runs once on its own: fused into the GEMV, every block of the n_vocab rows would
+        // recompute it.
+        launch_rmsnorm(h_, x_, f32(weights_.output_norm), 1, dim, c.norm_eps, s);
+        const GemvOutput head = output(logits_, weights_.output, nullptr, c.n_vocab);
+        launch_gemv(&head, 1, h_, dim, nullptr, 0.0f, false, s);
     }
 
     ModelConfig config_;
@@ -376,16 +487,19 @@ private:
     int32_t n_kv_blocks_ = 0;
     int32_t max_batch_ = 1;
     char* kv_ = nullptr;  // [n_kv_blocks] block records
-    // Scratch for one batch: x/h/tmp [max_batch, n_embd], q/att [max_batch, n_heads*head_dim],
+    // Scratch for one batch: x/h [max_batch, n_embd], q/att [max_batch, n_heads*head_dim],
     // k/v [max_batch, n_kv_heads*head_dim], gate/up [max_batch, n_ff], converted [max_batch, widest] 16-bit,
     // logits [max_batch, n_vocab].
-    float *x_ = nullptr, *h_ = nullptr, *tmp_ = nullptr, *q_ = nullptr, *att_ = nullptr, *k_ = nullptr, *v_ = nullptr;
+    float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *att_ = nullptr, *k_ = nullptr, *v_ = nullptr;
     float *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr, *inv_freq_ = nullptr;  // inv_freq [head_dim / 2]
     uint16_t* converted_ = nullptr;
     AttentionScratch attention_;
     int32_t* ints_ = nullptr;  // [max_batch] tokens, [max_batch] positions, [table_capacity] block table
     std::unique_ptr<PinnedBuffer> ints_host_;  // pinned mirror of ints_
     int64_t table_capacity_ = 0;
+    bool fused_decode_ = false;  // single-token steps use the fused decode kernels (gate and up share a dtype)
+    bool use_graphs_ = false;    // ... and replay them as CUDA graphs
+    GraphCache decode_graphs_;   // keyed by the attention split count
     std::string name_;
 };
 

@@ -59,7 +59,90 @@ void launch_paged_attention(float* out,                  // [n, n_heads, head_di
                             int32_t n, int32_t n_heads, int32_t max_keys, int32_t n_sms,
                             const AttentionScratch& scratch, cudaStream_t stream);
 
+// As launch_paged_attention, but with the split count chosen by the caller and each query's split length
+// derived on the device from positions[t] (ceil((positions[t] + 1) / n_splits) rounded up to the kernel's key
+// tile), so one launch serves every context length: a CUDA graph captured once replays it as the context
+// grows. Splits that start past a query's last key weigh nothing. Needs n * n_heads * n_splits <=
+// scratch.max_rows when n_splits > 1; 1 <= n_splits <= 1024.
+void launch_paged_attention_splits(float* out, const float* q, const void* kv, const KvLayout& layout,
+                                   int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
+                                   int32_t n_heads, int32_t n_splits, const AttentionScratch& scratch,
+                                   cudaStream_t stream);
+// The split count launch_paged_attention picks for these arguments (1 = unsplit).
+int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t max_keys, int32_t n_sms,
+                                    const AttentionScratch& scratch);
+
+// prefill_attention.cu: causal GQA attention for a prefill batch on tensor cores, flash-attention style:
+// a thread block takes a tile of consecutive queries of one head and streams keys 0..(its last query's
+// position) through shared memory in tiles read once per query tile through the block table;
+// S = Q K^T and O += P V run as 16-bit MMAs (the KV cache's type, f16 or bf16; q is rounded to it) with f32
+// accumulation, the softmax online in f32. Same contract and output as launch_paged_attention, for
+// consecutive positions (positions[t] = positions[0] + t, as every prefill batch has).
+void launch_prefill_attention(float* out,                  // [n, n_heads, head_dim]
+                              const float* q,              // [n, n_heads, head_dim]
+                              const void* kv,              // [n_blocks] block records, see KvLayout
+                              const KvLayout& layout, int32_t layer,
+                              const int32_t* block_table,  // [>= positions[n - 1] / block_size + 1]
+                              const int32_t* positions,    // [n], consecutive
+                              int32_t n, int32_t n_heads, cudaStream_t stream);
+// True when launch_prefill_attention handles this layout: a 16-bit KV dtype (f16, bf16) and a head_dim
+// it supports (multiples of 16 up to kCudaMaxHeadDim).
+bool prefill_attention_supports(const KvLayout& layout);
+
+// rope_kv_write.cu: the step between the Q/K/V products and attention in one launch: RoPE on q and k in
+// place (exactly launch_rope's arithmetic), then the rotated k and v stored into their pool blocks as
+// launch_kv_write does. Same results as launch_rope(q), launch_rope(k), launch_kv_write.
+void launch_rope_kv_write(float* q,                    // [n, n_heads, head_dim], rotated in place
+                          float* k,                    // [n, n_kv_heads, head_dim], rotated in place
+                          const float* v,              // [n, n_kv_heads, head_dim]
+                          void* kv,                    // [n_blocks] block records, see KvLayout
+                          const KvLayout& layout, int32_t layer,
+                          const int32_t* block_table,  // [>= max(positions) / block_size + 1]
+                          const int32_t* positions,    // [n]
+                          const float* inv_freq,       // [head_dim / 2]
+                          int32_t n, int32_t n_heads, cudaStream_t stream);
+
+// gemv.cu: single-token matrix-vector products for decode (batch 1 is memory-bound: each weight is read
+// once with 16-byte loads, f32 accumulation, no activation conversion and no cuBLAS, so the products can be
+// captured in a CUDA graph). Weights are row-major [n_out, n_in] in f32, f16 or bf16.
+// x_hat = x, or rmsnorm(x) * norm_weight (as rmsnorm_cpu) when norm_weight is not null, computed inside.
+struct GemvOutput {
+    float* out = nullptr;          // [n_out]; must not alias x
+    const void* weight = nullptr;  // [n_out, n_in] in dtype
+    DType dtype = DType::f32;
+    const float* bias = nullptr;   // [n_out] or null
+    int32_t n_out = 0;
+};
+// out_i = W_i x_hat + bias_i for up to 3 outputs over the same x (Q, K and V in one launch), or
+// out_i += W_i x_hat + bias_i when accumulate (the residual connection).
+void launch_gemv(const GemvOutput* outputs, int32_t n_outputs,
+                 const float* x,            // [n_in]
+                 int32_t n_in,
+                 const float* norm_weight,  // [n_in] or null
+                 float norm_eps, bool accumulate, cudaStream_t stream);
+// out = silu(W_gate x_hat) * (W_up x_hat): the FFN's first half in one launch.
+void launch_gemv_swiglu(float* out,                // [n_ff]; must not alias x
+                        const float* x,            // [n_in]
+                        const void* w_gate,        // [n_ff, n_in] in dtype
+                        const void* w_up,          // [n_ff, n_in] in dtype
+                        DType dtype, int32_t n_in, int32_t n_ff,
+                        const float* norm_weight,  // [n_in] or null
+                        float norm_eps, cudaStream_t stream);
+
+// rmsnorm.cu: launch_rmsnorm with the result rounded to out_dtype (f32, f16, bf16): a GEMM's input made in
+// the same pass. out must not alias x unless out_dtype is f32.
+void launch_rmsnorm_to(void* out,            // [n, dim] in out_dtype
+                       const float* x,       // [n, dim]
+                       const float* weight,  // [dim]
+                       int32_t n, int32_t dim, float eps, DType out_dtype, cudaStream_t stream);
+
 // elementwise.cu
+// launch_swiglu with the result rounded to out_dtype (the down projection's input). out must not alias
+// gate or up unless out_dtype is f32.
+void launch_swiglu_to(void* out,          // [n, n_ff] in out_dtype
+                      const float* gate,  // [n, n_ff]
+                      const float* up,    // [n, n_ff]
+                      int32_t n, int32_t n_ff, DType out_dtype, cudaStream_t stream);
 // out = silu(gate) * up. out may alias gate.
 void launch_swiglu(float* out,         // [n, n_ff]
                    const float* gate,  // [n, n_ff]

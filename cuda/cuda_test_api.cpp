@@ -1,5 +1,6 @@
 // Test entry points (see cuda_test_api.h): guarded device copies around the shipped launchers.
 #include "cuda_test_api.h"
+#include "cuda_test_guard.h"
 
 #include <cuda_runtime.h>
 
@@ -15,58 +16,6 @@
 #include "matmul.h"
 
 namespace kvlm::cuda_test {
-
-namespace {
-
-constexpr size_t kGuardBytes = 4096;
-
-// `bytes` of device memory between two guard bands, all filled with 0xFF.
-class GuardedBuffer {
-public:
-    GuardedBuffer(const char* name, size_t bytes) : name_(name), bytes_(bytes) {
-        CUDA_CHECK(cudaMalloc(&base_, bytes_ + 2 * kGuardBytes));
-        CUDA_CHECK(cudaMemset(base_, 0xFF, bytes_ + 2 * kGuardBytes));
-    }
-    ~GuardedBuffer() { cudaFree(base_); }
-    GuardedBuffer(const GuardedBuffer&) = delete;
-    GuardedBuffer& operator=(const GuardedBuffer&) = delete;
-
-    template <typename T = void>
-    T* get() const { return reinterpret_cast<T*>(static_cast<char*>(base_) + kGuardBytes); }
-    void upload(const void* src) {
-        if (bytes_) CUDA_CHECK(cudaMemcpy(get(), src, bytes_, cudaMemcpyHostToDevice));
-    }
-    // Copies the contents to dst after checking both guard bands are intact.
-    void download(void* dst) const {
-        std::vector<unsigned char> all(bytes_ + 2 * kGuardBytes);
-        CUDA_CHECK(cudaMemcpy(all.data(), base_, all.size(), cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < kGuardBytes; i++) {
-            if (all[i] != 0xFF) throw_error("{}: guard band before the buffer written at byte -{}", name_, kGuardBytes - i);
-            if (all[kGuardBytes + bytes_ + i] != 0xFF)
-                throw_error("{}: guard band after the buffer written at byte +{}", name_, i);
-        }
-        if (bytes_) std::memcpy(dst, all.data() + kGuardBytes, bytes_);
-    }
-
-private:
-    const char* name_;
-    size_t bytes_;
-    void* base_ = nullptr;
-};
-
-// Waits for the launches and surfaces any asynchronous fault.
-void finish() {
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-void require_device() {
-    std::string why;
-    if (!device_available(&why)) throw_error("cuda_test: no usable CUDA device: {}", why);
-    CUDA_CHECK(cudaSetDevice(0));
-}
-
-}  // namespace
 
 bool device_available(std::string* why_not) {
     int n_devices = 0;
@@ -181,6 +130,29 @@ void swiglu(float* out, const float* gate, const float* up, int32_t n, int32_t n
     d_out.download(out);
 }
 
+void rmsnorm_to(void* out, const float* x, const float* weight, int32_t n, int32_t dim, float eps, DType out_dtype) {
+    require_device();
+    GuardedBuffer d_out("rmsnorm_to out", size_t(n) * dim * dtype_size(out_dtype)),
+        d_x("rmsnorm_to x", size_t(n) * dim * 4), d_w("rmsnorm_to weight", size_t(dim) * 4);
+    d_x.upload(x);
+    d_w.upload(weight);
+    launch_rmsnorm_to(d_out.get(), d_x.get<float>(), d_w.get<float>(), n, dim, eps, out_dtype, nullptr);
+    finish();
+    d_out.download(out);
+}
+
+void swiglu_to(void* out, const float* gate, const float* up, int32_t n, int32_t n_ff, DType out_dtype) {
+    require_device();
+    size_t bytes = size_t(n) * n_ff * 4;
+    GuardedBuffer d_out("swiglu_to out", size_t(n) * n_ff * dtype_size(out_dtype)), d_gate("swiglu_to gate", bytes),
+        d_up("swiglu_to up", bytes);
+    d_gate.upload(gate);
+    d_up.upload(up);
+    launch_swiglu_to(d_out.get(), d_gate.get<float>(), d_up.get<float>(), n, n_ff, out_dtype, nullptr);
+    finish();
+    d_out.download(out);
+}
+
 void add(float* x, const float* y, int64_t n) {
     require_device();
     GuardedBuffer d_x("add x", size_t(n) * 4), d_y("add y", size_t(n) * 4);
@@ -218,6 +190,31 @@ void matmul(float* out, const float* x, const void* w, DType w_dtype, int64_t n,
     d_out.download(out);
     std::vector<char> conv(size_t(n * n_in) * 2);
     d_conv.download(conv.data());
+}
+
+void matmul_accumulate(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in,
+                       int64_t n_out) {
+    require_device();
+    cublasHandle_t handle = nullptr;
+    CUBLAS_CHECK(cublas_api().create(&handle));
+    struct HandleGuard {
+        cublasHandle_t h;
+        ~HandleGuard() { cublas_api().destroy(h); }
+    } guard{handle};
+    GuardedBuffer d_out("matmul_accumulate out", size_t(n * n_out) * 4), d_x("matmul_accumulate x", size_t(n * n_in) * 4),
+        d_w("matmul_accumulate w", size_t(n_out * n_in) * dtype_size(w_dtype)),
+        d_conv("matmul_accumulate x_converted", size_t(n * n_in) * dtype_size(w_dtype));
+    d_out.upload(out);
+    d_x.upload(x);
+    d_w.upload(w);
+    const void* in = d_x.get();
+    if (w_dtype != DType::f32) {
+        launch_convert_from_f32(d_conv.get(), d_x.get<float>(), w_dtype, n * n_in, nullptr);
+        in = d_conv.get();
+    }
+    launch_matmul_prepared(handle, d_out.get<float>(), in, d_w.get(), w_dtype, n, n_in, n_out, true, nullptr);
+    finish();
+    d_out.download(out);
 }
 
 }  // namespace kvlm::cuda_test

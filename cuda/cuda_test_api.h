@@ -28,7 +28,39 @@ void kv_write(void* kv, int32_t n_blocks, const KvLayout& layout, int32_t layer,
 void paged_attention(float* out, const float* q, const void* kv, int32_t n_blocks, const KvLayout& layout,
                      int32_t layer, const int32_t* block_table, int32_t n_table, const int32_t* positions, int32_t n,
                      int32_t n_heads, int32_t n_sms, int64_t scratch_rows);
+// The split count launch_paged_attention picks for these arguments with scratch_rows rows of scratch (0: none).
+int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t max_keys, int32_t n_sms, int64_t scratch_rows);
+// Same, through launch_paged_attention_splits with a fixed split count (scratch sized for it).
+void paged_attention_splits(float* out, const float* q, const void* kv, int32_t n_blocks, const KvLayout& layout,
+                            int32_t layer, const int32_t* block_table, int32_t n_table, const int32_t* positions,
+                            int32_t n, int32_t n_heads, int32_t n_splits);
+// Through launch_prefill_attention (positions consecutive).
+void prefill_attention(float* out, const float* q, const void* kv, int32_t n_blocks, const KvLayout& layout,
+                       int32_t layer, const int32_t* block_table, int32_t n_table, const int32_t* positions, int32_t n,
+                       int32_t n_heads);
+// q, k rotated in place; kv (in/out) as kv_write.
+void rope_kv_write(float* q, float* k, const float* v, void* kv, int32_t n_blocks, const KvLayout& layout,
+                   int32_t layer, const int32_t* block_table, int32_t n_table, const int32_t* positions,
+                   const float* inv_freq, int32_t n, int32_t n_heads);
+// One launch_gemv over host copies: outs[i] has n_outs[i] floats (read first when accumulate), weights[i]
+// [n_outs[i], n_in] in dtypes[i], biases[i] null or [n_outs[i]]; norm_weight null or [n_in].
+void gemv(float* const* outs, const void* const* weights, const DType* dtypes, const float* const* biases,
+          const int32_t* n_outs, int32_t n_outputs, const float* x, int32_t n_in, const float* norm_weight,
+          float norm_eps, bool accumulate);
+// gemv with every weight matrix `weight_offset` elements past a 16-byte boundary (forces the scalar path).
+void gemv_offset_weights(float* const* outs, const void* const* weights, const DType* dtypes,
+                         const float* const* biases, const int32_t* n_outs, int32_t n_outputs, const float* x,
+                         int32_t n_in, const float* norm_weight, float norm_eps, bool accumulate,
+                         int32_t weight_offset);
+void gemv_swiglu(float* out, const float* x, const void* w_gate, const void* w_up, DType dtype, int32_t n_in,
+                 int32_t n_ff, const float* norm_weight, float norm_eps);
 void swiglu(float* out, const float* gate, const float* up, int32_t n, int32_t n_ff);
+// The prefill path's fused variants: out [n, dim] / [n, n_ff] in out_dtype.
+void rmsnorm_to(void* out, const float* x, const float* weight, int32_t n, int32_t dim, float eps, DType out_dtype);
+void swiglu_to(void* out, const float* gate, const float* up, int32_t n, int32_t n_ff, DType out_dtype);
+// out (in/out) += W x through launch_convert_from_f32 + launch_matmul_prepared(accumulate).
+void matmul_accumulate(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in,
+                       int64_t n_out);
 void add(float* x, const float* y, int64_t n);
 void add_bias(float* x, const float* bias, int32_t n, int32_t dim);
 void matmul(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in, int64_t n_out);

@@ -1,4 +1,5 @@
-// Element-wise kernels: SwiGLU, residual add, bias add, and f32 -> f16/bf16 conversion of GEMM inputs.
+// Element-wise kernels: SwiGLU (f32 out, or f16/bf16 for the next GEMM), residual add, bias add, and
+// f32 -> f16/bf16 conversion of GEMM inputs.
 // Grid-stride loops over flat indices; 64-bit indices throughout.
 #include "cuda_check.h"
 #include "cuda_ops.h"
@@ -14,13 +15,14 @@ unsigned grid_for(int64_t n) {  // enough blocks to cover n, capped (the loops s
 }
 }  // namespace
 
-__global__ void swiglu_kernel(float* out,         // [total]
+template <typename T>
+__global__ void swiglu_kernel(T* out,             // [total]
                               const float* gate,  // [total]
                               const float* up,    // [total]
                               int64_t total) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        store_f32(out, i, g / (1.0f + expf(-g)) * up[i]);
     }
 }
 
@@ -49,7 +51,17 @@ __global__ void convert_from_f32_kernel(T* dst,            // [n]
 void launch_swiglu(float* out, const float* gate, const float* up, int32_t n, int32_t n_ff, cudaStream_t stream) {
     int64_t total = int64_t(n) * n_ff;
     if (total <= 0) return;
-    swiglu_kernel<<<grid_for(total), kThreads, 0, stream>>>(out, gate, up, total);
+    swiglu_kernel<float><<<grid_for(total), kThreads, 0, stream>>>(out, gate, up, total);
+    CUDA_CHECK_LAUNCH();
+}
+
+void launch_swiglu_to(void* out, const float* gate, const float* up, int32_t n, int32_t n_ff, DType out_dtype,
+                      cudaStream_t stream) {
+    int64_t total = int64_t(n) * n_ff;
+    if (total <= 0) return;
+    KVLM_DISPATCH_DTYPE(out_dtype, T,
+                        swiglu_kernel<T><<<grid_for(total), kThreads, 0, stream>>>(static_cast<T*>(out), gate, up,
+                                                                                   total));
     CUDA_CHECK_LAUNCH();
 }
 

@@ -10,24 +10,33 @@
 
 namespace kvlm {
 
-void launch_matmul(cublasHandle_t handle, float* out, const float* x, const void* w, DType w_dtype, int64_t n,
-                   int64_t n_in, int64_t n_out, void* x_converted, cudaStream_t stream) {
+void launch_matmul_prepared(cublasHandle_t handle, float* out, const void* x, const void* w, DType w_dtype, int64_t n,
+                            int64_t n_in, int64_t n_out, bool accumulate, cudaStream_t stream) {
     if (n <= 0) return;
     KVLM_ASSERT(n <= INT_MAX && n_in <= INT_MAX && n_out <= INT_MAX, "launch_matmul: dimension above INT_MAX");
     const CublasApi& api = cublas_api();
     CUBLAS_CHECK(api.set_stream(handle, stream));
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const int m = int(n_out), cols = int(n), k = int(n_in);
     if (w_dtype == DType::f32) {
-        CUBLAS_CHECK(api.sgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &alpha, static_cast<const float*>(w), k, x,
-                               k, &beta, out, m));
+        CUBLAS_CHECK(api.sgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &alpha, static_cast<const float*>(w), k,
+                               static_cast<const float*>(x), k, &beta, out, m));
         return;
     }
-    KVLM_ASSERT(x_converted != nullptr, "launch_matmul: f16/bf16 weights need the x_converted scratch");
-    launch_convert_from_f32(x_converted, x, w_dtype, n * n_in, stream);
     cudaDataType type = w_dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    CUBLAS_CHECK(api.gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &alpha, w, type, k, x_converted, type, k,
-                             &beta, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(api.gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols, k, &alpha, w, type, k, x, type, k, &beta, out,
+                             CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void launch_matmul(cublasHandle_t handle, float* out, const float* x, const void* w, DType w_dtype, int64_t n,
+                   int64_t n_in, int64_t n_out, void* x_converted, cudaStream_t stream) {
+    if (n <= 0) return;
+    if (w_dtype != DType::f32) {
+        KVLM_ASSERT(x_converted != nullptr, "launch_matmul: f16/bf16 weights need the x_converted scratch");
+        launch_convert_from_f32(x_converted, x, w_dtype, n * n_in, stream);
+    }
+    launch_matmul_prepared(handle, out, w_dtype == DType::f32 ? static_cast<const void*>(x) : x_converted, w, w_dtype,
+                           n, n_in, n_out, false, stream);
 }
 
 }  // namespace kvlm

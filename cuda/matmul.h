@@ -18,4 +18,14 @@ void launch_matmul(cublasHandle_t handle,
                    void* x_converted,   // [n, n_in] in w_dtype
                    cudaStream_t stream);
 
+// out[t, r] (+)= dot(w[r, :], x[t, :]) with x already in w_dtype (f32 for f32 weights, else f16/bf16 as
+// made by launch_rmsnorm_to / launch_swiglu_to / launch_convert_from_f32): one GEMM, no conversion.
+// accumulate adds to what out holds (beta = 1: the residual connection without a separate add).
+void launch_matmul_prepared(cublasHandle_t handle,
+                            float* out,      // [n, n_out]
+                            const void* x,   // [n, n_in] in w_dtype
+                            const void* w,   // [n_out, n_in] in w_dtype
+                            DType w_dtype, int64_t n, int64_t n_in, int64_t n_out, bool accumulate,
+                            cudaStream_t stream);
+
 }  // namespace kvlm

@@ -3,8 +3,12 @@
 // query's keys are split over several blocks, attention_combine_kernel merges the partial results.
 // Keys are visited in increasing position within a split and splits merge in order, so the result does not
 // depend on the physical block order. GQA: query head h reads kv head h / (n_heads / n_kv_heads).
+// The split length is either fixed by the host (launch_paged_attention, from max_keys) or derived per query
+// on the device from its position (launch_paged_attention_splits, for CUDA graphs replayed as the context
+// grows); a split starting past its query's last key writes max -inf, sum 0 and weighs nothing.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
@@ -30,14 +34,33 @@ __global__ void __launch_bounds__(kAttnThreads)
                            KvLayout layout, int32_t layer,
                            const int32_t* block_table,  // [>= max(positions) / block_size + 1]
                            const int32_t* positions,    // [n]
-                           int32_t n_heads, int32_t keys_per_split, float scale) {
+                           int32_t n_heads,
+                           int32_t keys_per_split,  // <= 0: ceil(n_keys / n_splits) rounded up to kAttnTile
+                           float scale) {
     const int32_t split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;
     const int32_t head_dim = layout.head_dim, block_size = layout.block_size;
     const int32_t kv_head = h / (n_heads / layout.n_kv_heads);
     const int32_t n_keys = positions[t] + 1;
-    const int32_t begin = split * keys_per_split;
-    const int32_t end = min(begin + keys_per_split, n_keys);
+    int64_t split_keys = keys_per_split;
+    if (split_keys <= 0) {
+        split_keys = (int64_t(n_keys) + n_splits - 1) / n_splits;
+        split_keys = (split_keys + kAttnTile - 1) / kAttnTile * kAttnTile;
+    }
+    const int64_t begin64 = split * split_keys;  // 64-bit: split * split_keys may pass INT32_MAX
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, n_warps = kAttnThreads / 32;
+    if (begin64 >= n_keys) {
+        // An empty split (more splits than this query's keys need) weighs nothing: max -inf, sum 0. The
+        // combine kernel never reads the accumulator of a row with sum 0, so it is left unwritten.
+        // The whole block returns here (the condition is uniform), before any barrier.
+        if (n_splits > 1 && tid == 0) {
+            float* part = partials + ((int64_t(t) * n_heads + h) * n_splits + split) * kPartialStride;
+            part[kCudaMaxHeadDim] = -INFINITY;
+            part[kCudaMaxHeadDim + 1] = 0.0f;
+        }
+        return;
+    }
+    const int32_t begin = int32_t(begin64);
+    const int32_t end = int32_t(min(begin64 + split_keys, int64_t(n_keys)));
 
     __shared__ float q_s[kCudaMaxHeadDim];
     __shared__ float p_s[kAttnTile];        // scores, then probabilities, of the current tile
@@ -107,7 +130,6 @@ __global__ void __launch_bounds__(kAttnThreads)
         }
         return;
     }
-    // An empty split (begin >= n_keys, in a prefill batch) writes max -inf and sum 0: it weighs nothing.
     float* part = partials + ((int64_t(t) * n_heads + h) * n_splits + split) * kPartialStride;
 #pragma unroll
     for (int i = 0; i < kDimsPerThread; i++) {
@@ -145,15 +167,42 @@ __global__ void attention_combine_kernel(float* out,             // [n, n_heads,
     }
 }
 
-void launch_paged_attention(float* out, const float* q, const void* kv, const KvLayout& layout, int32_t layer,
-                            const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads,
-                            int32_t max_keys, int32_t n_sms, const AttentionScratch& scratch, cudaStream_t stream) {
-    if (n <= 0) return;
-    if (layout.head_dim > kCudaMaxHeadDim) cuda_throw("launch_paged_attention: head_dim above kCudaMaxHeadDim (256)");
-    if (n > 65535 || n_heads > 65535) cuda_throw("launch_paged_attention: more than 65535 tokens or heads in a batch");
-    if (layout.n_kv_heads <= 0 || n_heads % layout.n_kv_heads != 0)
-        cuda_throw("launch_paged_attention: n_heads is not a multiple of n_kv_heads");
-    if (max_keys < 1) cuda_throw("launch_paged_attention: max_keys must be at least 1");
+namespace {
+
+// The argument checks both launchers make; messages start with the launcher's name.
+void check_attention_args(const char* who, const KvLayout& layout, int32_t n, int32_t n_heads) {
+    auto fail = [who](const char* what) { cuda_throw((std::string(who) + ": " + what).c_str()); };
+    if (layout.head_dim < 1 || layout.head_dim > kCudaMaxHeadDim) fail("head_dim outside 1..kCudaMaxHeadDim (256)");
+    if (n > 65535 || n_heads < 1 || n_heads > 65535) fail("more than 65535 tokens or heads in a batch");
+    if (layout.n_kv_heads <= 0 || n_heads % layout.n_kv_heads != 0) fail("n_heads is not a multiple of n_kv_heads");
+}
+
+// Launches the attention kernel on an (n_splits, n_heads, n) grid, then the combine kernel when
+// n_splits > 1. keys_per_split <= 0: derived per query on the device. Neither allocates nor synchronizes
+// (both launchers are captured in CUDA graphs).
+void launch_attention(float* out, const float* q, const void* kv, const KvLayout& layout, int32_t layer,
+                      const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads,
+                      int32_t n_splits, int32_t keys_per_split, const AttentionScratch& scratch,
+                      cudaStream_t stream) {
+    const float scale = 1.0f / std::sqrt(float(layout.head_dim));
+    const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_heads), static_cast<unsigned>(n));
+    KVLM_DISPATCH_DTYPE(layout.dtype, T,
+                        paged_attention_kernel<T><<<grid, kAttnThreads, 0, stream>>>(
+                            out, scratch.partials, q, static_cast<const T*>(kv), layout, layer, block_table,
+                            positions, n_heads, keys_per_split, scale));
+    CUDA_CHECK_LAUNCH();
+    if (n_splits > 1) {
+        attention_combine_kernel<<<dim3(unsigned(n_heads), unsigned(n)), 128, 0, stream>>>(
+            out, scratch.partials, n_heads, layout.head_dim, n_splits);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+}  // namespace
+
+int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t max_keys, int32_t n_sms,
+                                    const AttentionScratch& scratch) {
+    if (n <= 0 || n_heads <= 0 || max_keys < 1) return 1;
     // Split only long contexts, only as far as needed to give every multiprocessor ~2 blocks, and only as
     // far as the scratch holds.
     const int64_t rows = int64_t(n) * n_heads;
@@ -166,19 +215,35 @@ void launch_paged_attention(float* out, const float* q, const void* kv, const Kv
     }
     int64_t keys_per_split = (max_keys + n_splits - 1) / n_splits;
     keys_per_split = (keys_per_split + kAttnTile - 1) / kAttnTile * kAttnTile;
-    n_splits = (max_keys + keys_per_split - 1) / keys_per_split;  // no split starts past max_keys
-    const float scale = 1.0f / std::sqrt(float(layout.head_dim));
-    const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_heads), static_cast<unsigned>(n));
-    KVLM_DISPATCH_DTYPE(layout.dtype, T,
-                        paged_attention_kernel<T><<<grid, kAttnThreads, 0, stream>>>(
-                            out, scratch.partials, q, static_cast<const T*>(kv), layout, layer, block_table,
-                            positions, n_heads, int32_t(keys_per_split), scale));
-    CUDA_CHECK_LAUNCH();
-    if (n_splits > 1) {
-        attention_combine_kernel<<<dim3(unsigned(n_heads), unsigned(n)), 128, 0, stream>>>(
-            out, scratch.partials, n_heads, layout.head_dim, int32_t(n_splits));
-        CUDA_CHECK_LAUNCH();
-    }
+    return int32_t((max_keys + keys_per_split - 1) / keys_per_split);  // no split starts past max_keys
+}
+
+void launch_paged_attention(float* out, const float* q, const void* kv, const KvLayout& layout, int32_t layer,
+                            const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads,
+                            int32_t max_keys, int32_t n_sms, const AttentionScratch& scratch, cudaStream_t stream) {
+    if (n <= 0) return;
+    check_attention_args("launch_paged_attention", layout, n, n_heads);
+    if (max_keys < 1) cuda_throw("launch_paged_attention: max_keys must be at least 1");
+    const int32_t n_splits = paged_attention_split_count(n, n_heads, max_keys, n_sms, scratch);
+    // The split count came from this same rounding, so recomputing it from n_splits gives back the length
+    // paged_attention_split_count settled on (every split non-empty for the longest query).
+    int64_t keys_per_split = (int64_t(max_keys) + n_splits - 1) / n_splits;
+    keys_per_split = (keys_per_split + kAttnTile - 1) / kAttnTile * kAttnTile;
+    launch_attention(out, q, kv, layout, layer, block_table, positions, n, n_heads,
+                     n_splits, int32_t(keys_per_split), scratch, stream);
+}
+
+void launch_paged_attention_splits(float* out, const float* q, const void* kv, const KvLayout& layout,
+                                   int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
+                                   int32_t n_heads, int32_t n_splits, const AttentionScratch& scratch,
+                                   cudaStream_t stream) {
+    if (n <= 0) return;
+    check_attention_args("launch_paged_attention_splits", layout, n, n_heads);
+    if (n_splits < 1 || n_splits > kMaxSplits) cuda_throw("launch_paged_attention_splits: n_splits outside 1..1024");
+    if (n_splits > 1 && (!scratch.partials || int64_t(n) * n_heads * n_splits > scratch.max_rows))
+        cuda_throw("launch_paged_attention_splits: scratch holds fewer than n * n_heads * n_splits rows");
+    launch_attention(out, q, kv, layout, layer, block_table, positions, n, n_heads,
+                     n_splits, 0, scratch, stream);
 }
 
 }  // namespace kvlm

@@ -21,6 +21,7 @@ struct BackendOptions {
     int32_t n_kv_blocks = 0;      // physical KV blocks in the pool
     int32_t block_size = 16;      // tokens per KV block
     DType kv_dtype = DType::f32;  // element type of the KV cache
+    bool cuda_graphs = true;      // CUDA: replay decode steps as CUDA graphs (KVLM_CUDA_GRAPHS=0 turns off)
 };
 
 // Published peak figures of the device a backend runs on, for roofline fractions in `kvlm bench`;

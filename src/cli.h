@@ -52,6 +52,7 @@ struct RunOptions {
     int32_t n_threads = 0;       // 0: all cores
     int32_t block_size = 16;
     std::string kv_mem;          // KV pool budget ("512MiB"); empty: sized from the context
+    std::string kv_dtype = "f32";  // KV-cache element type: f32, f16 or bf16
     std::string device = "auto";
     bool chat = false;
     std::string system;          // system prompt with --chat
@@ -81,6 +82,7 @@ struct ChatOptions {
     int32_t n_threads = 0;
     int32_t block_size = 16;
     std::string kv_mem;
+    std::string kv_dtype = "f32";  // KV-cache element type: f32, f16 or bf16
     std::string device = "auto";
     bool verbose = false;        // stats line on stderr after each answer
     bool single = false;         // piped stdin is one message, not one per line
@@ -109,6 +111,7 @@ struct BenchOptions {
     std::string device = "auto";
     int32_t n_threads = 0;
     int32_t block_size = 16;
+    std::string kv_dtype = "f32";                 // KV-cache element type: f32, f16 or bf16
     std::string output = "md";                    // md | json (stdout)
     bool scenarios = true;                        // cache/session/cold-start rows
     int32_t scenario_tokens = 0;                  // history length for the cache scenarios (0 = first -p)

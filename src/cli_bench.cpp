@@ -132,6 +132,7 @@ int cmd_bench(const BenchOptions& o) {
     engine_options.device = o.device;
     engine_options.n_threads = o.n_threads;
     engine_options.block_size = o.block_size;
+    engine_options.kv_dtype = parse_kv_dtype(o.kv_dtype);
     engine_options.n_ctx = context_needed(o, o.scenarios ? scenario_tokens : 0);
     // The hit scenario holds two sequences of the same prompt; their partial last blocks are separate.
     engine_options.n_spare_blocks = 2;
@@ -165,7 +166,8 @@ int cmd_bench(const BenchOptions& o) {
         report.scenarios = run_cache_scenarios(engine, scenario_tokens, o.n_reps, progress);
         if (progress) progress("cold start");
         std::vector<std::string> command = {self_executable(), "run", "-m", o.model_path, "-p", "Hello", "-n", "1",
-                                            "--temp", "0", "-q", "--device", o.device, "-c", "64"};
+                                            "--temp", "0", "-q", "--device", o.device, "-c", "64",
+                                            "--kv-dtype", o.kv_dtype};
         if (o.n_threads > 0) command.insert(command.end(), {"-t", std::to_string(o.n_threads)});
         report.scenarios.push_back({"cold start", 0, 0, time_process(command, o.n_reps),
                                     "new process: load, first token, exit (page cache warm)"});

@@ -68,7 +68,7 @@ public:
           quota_(quota.empty() ? kDefaultSessionQuota : parse_byte_size(quota, "--session-quota")) {}
 
     const std::string& name() const { return name_; }
-    std::string state_path(const std::string& name) const { return store_.dir() + "/chats/" + name + ".chat"; }
+    std::string state_path(const std::string& name) const { return store_.chat_path(name); }
     std::string next_state_path(const std::string& name) const { return state_path(name) + ".new"; }
 
     // Makes `name` current; if it exists, loads it into `chat` (transactional: on error nothing changes).
@@ -221,12 +221,18 @@ private:
         return n_errors_ ? 1 : 0;
     }
 
+    // Saves the conversation unless save_quietly already tried this very state of it (after an answer or
+    // /undo): it is saved then, or its failure was reported, and a second try would only repeat the error.
+    // What is left is state no save was tried for (/reset, /system, a restore that recomputed blocks).
     void finish() {
-        if (store_ && !store_->name().empty()) save_quietly();
+        if (store_ && !store_->name().empty() &&
+            !(store_->name() == last_save_.name && chat_.encode_state() == last_save_.state))
+            save_quietly();
         std::fflush(stdout);
     }
 
     void save_quietly() {
+        last_save_ = {store_->name(), chat_.encode_state()};
         try {
             store_->save(engine_, chat_);
         } catch (const Error& e) {
@@ -353,6 +359,10 @@ private:
     ChatStore* store_;
     bool interactive_;
     int32_t n_errors_ = 0;
+    struct {
+        std::string name;            // the session save_quietly last tried to save, "" = none yet
+        std::vector<uint8_t> state;  // the conversation it tried to save (ChatSession::encode_state)
+    } last_save_;
     GenerationResult last_;
     Totals totals_;
 };
@@ -376,6 +386,7 @@ int cmd_chat(const ChatOptions& options) {
     engine_options.n_threads = options.n_threads;
     engine_options.n_ctx = options.n_ctx;
     engine_options.block_size = options.block_size;
+    engine_options.kv_dtype = parse_kv_dtype(options.kv_dtype);
     engine_options.kv_mem_bytes = options.kv_mem.empty() ? 0 : parse_byte_size(options.kv_mem, "--kv-mem");
     // Room to copy-on-write a shared last block after /undo or /load.
     engine_options.n_spare_blocks = 1;

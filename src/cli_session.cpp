@@ -118,8 +118,13 @@ int cmd_session(const SessionOptions& options) {
     if (a == "show") return session_show(store, options);
     if (a == "verify") return session_verify(store, options.name);
     if (a == "rm") {
-        store.remove(options.name);
-        std::printf("removed session '%s'\n", options.name.c_str());
+        RemoveReport r = store.remove(options.name);
+        std::string what;
+        for (const std::string& f : r.files) what += (what.empty() ? "" : ", ") + f.substr(store.dir().size() + 1);
+        what += fmt::format("{}{} block file(s) no other session uses", what.empty() ? "" : " and ",
+                            r.n_blocks_removed);
+        std::fprintf(stderr, "removed session '%s' from %s: %s; freed %s\n", options.name.c_str(), store.dir().c_str(),
+                     what.c_str(), human_bytes(r.bytes_freed).c_str());
         return 0;
     }
     if (a == "pin" || a == "unpin") {

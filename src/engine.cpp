@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "error.h"
 
@@ -31,6 +33,13 @@ static std::unique_ptr<Backend> choose_backend(const ModelFile& model, const Eng
     return make_cpu_backend(model, backend_options);
 }
 
+DType parse_kv_dtype(const std::string& name) {
+    DType dtype = DType::f32;
+    if (!dtype_from_name(name, &dtype))
+        throw_error("--kv-dtype: '{}' is not a KV-cache type (expected f32, f16 or bf16)", name);
+    return dtype;
+}
+
 Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     auto start = std::chrono::steady_clock::now();
     model_ = ModelFile::open(model_path);
@@ -48,6 +57,9 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     backend_options.n_threads = options.n_threads;
     backend_options.block_size = options.block_size;
     backend_options.kv_dtype = options.kv_dtype;
+    // A debugging switch (like llama.cpp's GGML_CUDA_DISABLE_GRAPHS): the same kernels, launched one by one.
+    if (const char* graphs = std::getenv("KVLM_CUDA_GRAPHS"); graphs && std::strcmp(graphs, "0") == 0)
+        backend_options.cuda_graphs = false;
     int64_t blocks_for_ctx = (int64_t(n_ctx_) + options.block_size - 1) / options.block_size;
     if (options.kv_mem_bytes > 0) {
         uint64_t block_bytes = kv_bytes_per_token(config, options.kv_dtype) * uint64_t(options.block_size);

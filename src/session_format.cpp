@@ -36,18 +36,20 @@ std::string float_text(float v) { return fmt::format("{}", v); }
 uint64_t payload_checksum(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
 std::string identity_mismatch(const SessionIdentity& s, const SessionIdentity& r) {
-    auto diff = [](const char* field, const std::string& a, const std::string& b) {
-        return fmt::format("{}: session has {}, running model has {}", field, a, b);
+    auto diff = [](const char* field, const std::string& a, const std::string& b, const char* flag = nullptr) {
+        std::string text = fmt::format("{}: session has {}, this run has {}", field, a, b);
+        if (flag) text += fmt::format(" (run with {} {} to continue it)", flag, a);
+        return text;
     };
     if (s.model_fingerprint != r.model_fingerprint)
         return diff("model fingerprint", s.model_fingerprint, r.model_fingerprint);
-    if (s.kv_dtype != r.kv_dtype) return diff("KV dtype", dtype_name(s.kv_dtype), dtype_name(r.kv_dtype));
+    if (s.kv_dtype != r.kv_dtype) return diff("KV dtype", dtype_name(s.kv_dtype), dtype_name(r.kv_dtype), "--kv-dtype");
     if (s.n_layers != r.n_layers) return diff("KV layout n_layers", std::to_string(s.n_layers), std::to_string(r.n_layers));
     if (s.n_kv_heads != r.n_kv_heads)
         return diff("KV layout n_kv_heads", std::to_string(s.n_kv_heads), std::to_string(r.n_kv_heads));
     if (s.head_dim != r.head_dim) return diff("KV layout head_dim", std::to_string(s.head_dim), std::to_string(r.head_dim));
     if (s.block_size != r.block_size)
-        return diff("block size", std::to_string(s.block_size), std::to_string(r.block_size));
+        return diff("block size", std::to_string(s.block_size), std::to_string(r.block_size), "--block-size");
     if (s.rope_theta != r.rope_theta) return diff("RoPE theta", float_text(s.rope_theta), float_text(r.rope_theta));
     const RopeScaling &a = s.rope_scaling, &b = r.rope_scaling;
     if (a.type != b.type) return diff("RoPE scaling type", a.type, b.type);

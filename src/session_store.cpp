@@ -99,6 +99,8 @@ std::string SessionStore::manifest_path(const std::string& name) const {
     return dir_ + "/sessions/" + name + kManifestSuffix;
 }
 
+std::string SessionStore::chat_path(const std::string& name) const { return dir_ + "/chats/" + name + ".chat"; }
+
 std::string SessionStore::block_path(const BlockHash& hash) const {
     std::string hex = hash.hex();
     return dir_ + "/blocks/" + hex.substr(0, 2) + "/" + hex + kBlockSuffix;
@@ -116,14 +118,13 @@ void SessionStore::ensure_writable() const {
     }
 }
 
-FileLock SessionStore::lock_session(const std::string& name) const {
+FileLock SessionStore::lock_session(const std::string& name, const std::string& what_to_do) const {
     check_name(name);
     ensure_writable();
     FileLock lock;
     if (!lock.try_lock(dir_ + "/locks/" + name + ".lock", FileLock::Mode::exclusive))
-        throw_error("session '{}' is in use by another kvlm process (lock {}/locks/{}.lock is held); wait for it to "
-                    "finish or use another --session name",
-                    name, dir_, name);
+        throw_error("session '{}' is in use by another kvlm process (lock {}/locks/{}.lock is held); {}", name, dir_,
+                    name, what_to_do);
     return lock;
 }
 
@@ -263,24 +264,48 @@ std::vector<SessionInfo> SessionStore::list() const {
     return out;
 }
 
-void SessionStore::remove(const std::string& name) {
+RemoveReport SessionStore::remove(const std::string& name) {
     check_name(name);
-    if (!has_session(name)) throw_error("session '{}' does not exist in {}", name, dir_);
-    FileLock session_lock = lock_session(name);
+    const std::vector<std::string> chat_files = {chat_path(name), chat_path(name) + ".new"};
+    auto any_exists = [&] {
+        return has_session(name) || path_exists(chat_files[0]) || path_exists(chat_files[1]);
+    };
+    if (!any_exists()) throw_error("session '{}' does not exist in {}", name, dir_);
+    // Held until the end: no run or chat of this session can save (and recreate its files) meanwhile.
+    FileLock session_lock = lock_session(
+        name, fmt::format("nothing was removed (run `kvlm session rm {}` again once it has finished)", name));
+    if (!any_exists()) throw_error("session '{}' does not exist in {}", name, dir_);  // a concurrent rm was first
+    RemoveReport report;
     std::vector<BlockHash> candidates;
     try {
         for (const SessionBlockRef& b : load_manifest(name).blocks) candidates.push_back(b.hash);
     } catch (const Error&) {
-        // unreadable manifest: delete it anyway; a later gc removes its orphaned blocks
+        // unreadable or no manifest: delete what there is; a later gc removes orphaned blocks
     }
+    auto unlink_file = [&](const std::string& path) {
+        uint64_t bytes = file_size_or_zero(path);
+        if (::unlink(path.c_str()) == 0) {
+            report.files.push_back(path);
+            report.bytes_freed += bytes;
+            return true;
+        }
+        if (errno != ENOENT) throw_error("{}: cannot delete: {}", path, std::strerror(errno));
+        return false;
+    };
     {
         FileLock store_lock;
         store_lock.lock(store_lock_path(dir_), FileLock::Mode::exclusive);
-        if (::unlink(manifest_path(name).c_str()) != 0)
-            throw_error("{}: cannot delete: {}", manifest_path(name), std::strerror(errno));
-        fsync_directory(dir_ + "/sessions");
+        // The manifest first: once it is gone the session is gone, and a stop before the chat files are
+        // deleted leaves only files that a second rm removes.
+        if (unlink_file(manifest_path(name))) fsync_directory(dir_ + "/sessions");
+        bool chat_removed = false;
+        for (const std::string& path : chat_files) chat_removed = unlink_file(path) || chat_removed;
+        if (chat_removed) fsync_directory(dir_ + "/chats");
     }
-    collect(&candidates, 0);
+    GcReport gc = collect(&candidates, 0);
+    report.n_blocks_removed = gc.n_removed;
+    report.bytes_freed += gc.bytes_freed;
+    return report;
 }
 
 VerifyReport SessionStore::verify(const std::string& name) const {

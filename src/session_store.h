@@ -1,6 +1,7 @@
 // The session store: a directory of content-addressed KV block files (blocks/ab/<hash>.kvb, named by the
 // chained block hash, so sessions sharing a prefix share its files) plus one manifest per session
-// (sessions/<NAME>.manifest). Layout and formats: docs/SESSIONS.md.
+// (sessions/<NAME>.manifest), and for `kvlm chat` sessions the messages (chats/<NAME>.chat). Layout and
+// formats: docs/SESSIONS.md.
 // Invariant: a manifest only ever names blocks that were durable on disk before it was renamed into
 // place, and every write is temp + fsync + rename, so a crash at any moment leaves the previous state.
 #pragma once
@@ -32,6 +33,12 @@ struct VerifyReport {
     std::vector<std::string> problems;  // one line each: "NAME: block 3 (<hex>): checksum mismatch"
 };
 
+struct RemoveReport {
+    std::vector<std::string> files;  // the session's own files that were deleted (manifest, chat messages)
+    int32_t n_blocks_removed = 0;    // block files no other session referenced
+    uint64_t bytes_freed = 0;
+};
+
 struct GcReport {
     int32_t n_removed = 0;         // unreferenced blocks and stale temporary files
     int32_t n_evicted = 0;         // referenced blocks dropped to meet the quota
@@ -51,12 +58,15 @@ public:
     const std::string& dir() const { return dir_; }
     std::string manifest_path(const std::string& name) const;
     std::string block_path(const BlockHash& hash) const;
+    // `kvlm chat`'s messages for session NAME; its save writes chat_path(NAME) + ".new" first.
+    std::string chat_path(const std::string& name) const;
 
     // Creates the directory tree; throws a clear Error if it cannot be created or written.
     void ensure_writable() const;
     // Exclusive, non-blocking lock on one session, held while a run uses it. Throws Error naming the
-    // session when another kvlm holds it.
-    FileLock lock_session(const std::string& name) const;
+    // session when another kvlm holds it, ending with `what_to_do`.
+    FileLock lock_session(const std::string& name,
+                          const std::string& what_to_do = "wait for it to finish or use another --session name") const;
 
     bool has_session(const std::string& name) const;
     std::vector<std::string> session_names() const;  // sorted
@@ -80,8 +90,11 @@ public:
     void write_manifest(const std::string& name, const SessionManifest& manifest);
 
     std::vector<SessionInfo> list() const;
-    // Deletes the session's manifest and every block no other manifest references. Throws if in use.
-    void remove(const std::string& name);
+    // Deletes everything session NAME owns: its manifest, its chat messages (chat_path, and .new) and every
+    // block no other manifest references. Chat files left without a manifest (by an older kvlm) are removed
+    // too. Throws, deleting nothing, if the session does not exist or is in use. Its lock file stays: a
+    // lock file is never deleted (another process may have it open, about to lock it).
+    RemoveReport remove(const std::string& name);
     // Full check of one session (name non-empty) or all of them.
     VerifyReport verify(const std::string& name) const;
     // Deletes unreferenced blocks in `candidates` (all unreferenced blocks and stale temporary files when

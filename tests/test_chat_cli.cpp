@@ -31,12 +31,16 @@ std::string smollm2() {
 
 std::string stories() { return converted_model("stories-gguf", {data_path("stories260K/stories260K.gguf")}); }
 
-CliResult chat(const std::string& model, const std::string& input, std::vector<std::string> extra = {}) {
+std::vector<std::string> chat_args(const std::string& model, std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"chat", "-m", model, "--temp", "0", "-t", "2"};
     for (auto [flag, value] : {std::pair<const char*, const char*>{"-n", "40"}, {"-c", "1024"}})
         if (std::find(extra.begin(), extra.end(), flag) == extra.end()) extra.insert(extra.end(), {flag, value});
     args.insert(args.end(), extra.begin(), extra.end());
-    return run_kvlm(args, input);
+    return args;
+}
+
+CliResult chat(const std::string& model, const std::string& input, std::vector<std::string> extra = {}) {
+    return run_kvlm(chat_args(model, std::move(extra)), input);
 }
 
 struct TurnStats {
@@ -265,6 +269,46 @@ TEST_CASE("chat: --session continues the conversation in a second process") {
     CliResult refused = chat(model, "Hello\n", {"--session", "plain", "--session-dir", dir.path()});
     CHECK(refused.exit_code != 0);
     CHECK_MESSAGE(refused.err.find("not saved by kvlm chat") != std::string::npos, refused.err);
+}
+
+TEST_CASE("chat: a failed session save is reported once, the answers still on stdout") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    namespace fs = std::filesystem;
+    TempDir dir;
+    auto session = [&](const std::string& store) {
+        return std::vector<std::string>{"--chat-template", "chatml", "-n", "10", "-c", "512", "--session", "c",
+                                        "--session-dir", dir.file(store)};
+    };
+    REQUIRE(chat(stories(), "Once upon a time\n", session("store")).exit_code == 0);
+    fs::copy(dir.file("store"), dir.file("copy"), fs::copy_options::recursive);
+    const std::string state = read_file(dir.file("store/chats/c.chat"));
+
+    // Each turn's new block file (20 KiB of K/V) is over a 4 KiB file size limit: every save fails. Each
+    // failure is one error - the save at the end of input does not try (and report) the same one again.
+    for (const std::string input : {"Then\n", "Then\nThe end\n"}) {
+        CAPTURE(input);
+        CliResult reference = chat(stories(), input, session("copy"));  // the same turns, saved
+        REQUIRE_MESSAGE(reference.exit_code == 0, reference.err);
+        fs::remove_all(dir.file("copy"));
+        fs::copy(dir.file("store"), dir.file("copy"), fs::copy_options::recursive);
+
+        CliResult failed =
+            run_shell("ulimit -f 4; exec " + kvlm_command(chat_args(stories(), session("store"))), input);
+        CHECK_MESSAGE(failed.exit_code == 1, failed.err);
+        size_t n_turns = count(input, "\n");
+        CHECK_MESSAGE(count(failed.err, "cannot save session 'c'") == n_turns, failed.err);
+        CHECK_MESSAGE(count(failed.err, "kvlm: error:") == n_turns, failed.err);
+        CHECK_MESSAGE(count(failed.err, "File too large") == n_turns, failed.err);
+        CHECK(failed.out == reference.out);
+        CHECK(read_file(dir.file("store/chats/c.chat")) == state);
+    }
+
+    // A change no save was tried for (here /system, which starts a new conversation) is still saved at the end.
+    CliResult system = chat(stories(), "/system Be brief.\n", session("store"));
+    REQUIRE_MESSAGE(system.exit_code == 0, system.err);
+    CHECK(read_file(dir.file("store/chats/c.chat")) != state);
+    CliResult resumed = chat(stories(), "/stats\n", session("store"));
+    CHECK_MESSAGE(resumed.err.find("conversation: 1 messages") != std::string::npos, resumed.err);
 }
 
 TEST_CASE("chat: template choice") {

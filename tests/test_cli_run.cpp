@@ -103,6 +103,27 @@ TEST_CASE("run: generation stops at a full context and says so") {
     CHECK_MESSAGE(small_pool.err.find("KV cache full") != std::string::npos, small_pool.err);
 }
 
+TEST_CASE("run: --kv-dtype f16/bf16 keeps the greedy text close to f32's; unknown types are refused") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    auto run = [](const std::string& kv_dtype) {
+        return run_kvlm({"run", "-m", stories_kvlm(), "-p", "Once upon a time", "-n", "12", "--temp", "0", "-q", "--device",
+                         "cpu", "--kv-dtype", kv_dtype});
+    };
+    CliResult f32 = run("f32");
+    REQUIRE(f32.exit_code == 0);
+    for (const char* type : {"f16", "bf16"}) {
+        CAPTURE(type);
+        CliResult r = run(type);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        // 12 tokens of stories260K have no near tie at 16-bit KV precision: the same text.
+        CHECK(r.out == f32.out);
+    }
+    CliResult bad = run("q8");
+    CHECK(bad.exit_code != 0);
+    CHECK(bad.out.empty());
+    CHECK(bad.err.find("--kv-dtype: 'q8' is not a KV-cache type (expected f32, f16 or bf16)") != std::string::npos);
+}
+
 TEST_CASE("run: bad input is a clear error, never a truncation or a crash") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     std::string long_prompt;

@@ -140,7 +140,10 @@ TEST_CASE("cuda backend: logits match the CPU backend on random models") {
 TEST_CASE("cuda backend: long prompts (chunked prefill over hundreds of blocks) then decode") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 7);
-    compare_run(*m, DType::f32, 2, 700, 704, 2e-4f, "700-token prompt, block_size 2");
+    // Above the backend's 2048-token batch: two chunks, the second attending over the first's 1024 blocks.
+    compare_run(*m, DType::f32, 2, 2100, 2104, 2e-4f, "2100-token prompt, block_size 2");
+    // A 16-bit KV cache takes the tensor-core prefill attention from 16 tokens on.
+    compare_run(*m, DType::bf16, 5, 600, 604, 3e-2f, "600-token prompt, bf16 KV, block_size 5");
 }
 
 TEST_CASE("cuda backend: KV blocks round trip and move between backends") {

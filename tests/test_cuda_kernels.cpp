@@ -215,6 +215,59 @@ TEST_CASE("cuda kernels: paged attention (decode and prefill, GQA, split and uns
     }
 }
 
+// |got - want| <= tol * max(1, |want|) after widening got from `dtype` (16-bit outputs: one rounding).
+static void check_typed(const std::vector<uint8_t>& got, DType dtype, const std::vector<float>& want, float tol,
+                 const std::string& what) {
+    std::vector<float> wide(want.size());
+    convert_to_f32(dtype, got.data(), wide.data(), want.size());
+    check_close(wide.data(), want.data(), want.size(), tol, tol, what);
+}
+
+TEST_CASE("cuda kernels: rmsnorm and swiglu straight into a 16-bit GEMM input") {
+    if (!have_device()) return;
+    for (DType dtype : kDTypes) {
+        // f32 must equal launch_rmsnorm / launch_swiglu bit for bit; 16-bit outputs are one rounding away
+        // (2^-8 relative for bf16, 2^-11 for f16, plus the f32 kernels' own 1e-5).
+        const float tol = dtype == DType::f32 ? 0.0f : dtype == DType::bf16 ? 4e-3f : 6e-4f;
+        for (int32_t dim : {1, 63, 576, 4096}) {
+            const int32_t n = 5;
+            auto x = random_floats(size_t(n) * dim, -3, 3, 30), w = random_floats(size_t(dim), 0.5f, 1.5f, 31);
+            std::vector<float> want(x.size());
+            cuda_test::rmsnorm(want.data(), x.data(), w.data(), n, dim, 1e-5f);  // the f32 kernel
+            std::vector<uint8_t> got(x.size() * dtype_size(dtype));
+            cuda_test::rmsnorm_to(got.data(), x.data(), w.data(), n, dim, 1e-5f, dtype);
+            check_typed(got, dtype, want, tol, std::string("rmsnorm_to ") + dtype_name(dtype) + " dim " + std::to_string(dim));
+        }
+        for (int32_t n_ff : {1, 1001, 14336}) {
+            const int32_t n = 3;
+            auto gate = random_floats(size_t(n) * n_ff, -8, 8, 32), up = random_floats(size_t(n) * n_ff, -2, 2, 33);
+            std::vector<float> want(gate.size());
+            swiglu_cpu(want.data(), gate.data(), up.data(), n, n_ff);
+            std::vector<uint8_t> got(gate.size() * dtype_size(dtype));
+            cuda_test::swiglu_to(got.data(), gate.data(), up.data(), n, n_ff, dtype);
+            check_typed(got, dtype, want, std::max(tol, 1e-5f),
+                        std::string("swiglu_to ") + dtype_name(dtype) + " n_ff " + std::to_string(n_ff));
+        }
+    }
+}
+
+TEST_CASE("cuda kernels: cuBLAS matmul accumulating into its output (the fused residual add)") {
+    if (!have_cublas()) return;
+    for (DType dtype : kDTypes) {
+        const int64_t n = 9, n_in = 320, n_out = 130;
+        auto x = random_floats(size_t(n * n_in), -1, 1, 40);
+        float scale = 1.0f / std::sqrt(float(n_in));
+        auto w = random_typed(size_t(n_out * n_in), dtype, -scale, scale, 41);
+        auto residual = random_floats(size_t(n * n_out), -4, 4, 42);
+        std::vector<float> want(residual.size()), got = residual;
+        matmul_cpu(want.data(), x.data(), w.data(), dtype, n, n_in, n_out, nullptr);
+        for (size_t i = 0; i < want.size(); i++) want[i] += residual[i];
+        cuda_test::matmul_accumulate(got.data(), x.data(), w.data(), dtype, n, n_in, n_out);
+        float tol = dtype == DType::f32 ? 1e-4f : dtype == DType::f16 ? 3e-3f : 1.5e-2f;
+        check_close(got.data(), want.data(), want.size(), tol, tol, std::string("matmul accumulate ") + dtype_name(dtype));
+    }
+}
+
 TEST_CASE("cuda kernels: cuBLAS matmul vs matmul_cpu") {
     if (!have_cublas()) return;
     struct Shape { int64_t n, n_in, n_out; };

@@ -176,7 +176,9 @@ TEST_CASE("session cli: damaged, missing or foreign files give the documented be
         std::string f16 = converted_model("stories-f16", {data_path("stories260K/stories260K.gguf"), "--dtype", "f16"});
         check_refused(run_turn(dir.path(), "s", " Then", {}, f16), "model fingerprint: session has");
         check_refused(run_turn(dir.path(), "s", " Then", {"--block-size", "32"}),
-                      "block size: session has 16, running model has 32");
+                      "block size: session has 16, this run has 32 (run with --block-size 16 to continue it)");
+        check_refused(run_turn(dir.path(), "s", " Then", {"--kv-dtype", "bf16"}),
+                      "KV dtype: session has f32, this run has bf16 (run with --kv-dtype f32 to continue it)");
         // Refusals changed nothing: the session still continues as if untouched.
         CliResult r = run_turn(dir.path(), "s", " Then");
         CHECK(r.exit_code == 0);
@@ -237,6 +239,75 @@ TEST_CASE("session cli: a second writer gets a lock error; bad directories and o
     CHECK_MESSAGE(r.err.find("is not usable") != std::string::npos, r.err);
     CHECK(run_turn(dir.path(), "../escape", "Once").err.find("is not valid") != std::string::npos);
     CHECK(run_turn(dir.path(), "c", "Once", {"--chat"}).exit_code != 0);
+}
+
+TEST_CASE("session cli: rm deletes a chat session's messages too, and nothing while the session is in use") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    namespace fs = std::filesystem;
+    TempDir dir;
+    auto chat = [&](const std::string& name, const std::string& input) {
+        return run_kvlm({"chat", "-m", stories(), "--chat-template", "chatml", "--temp", "0", "-t", "1", "-n", "10",
+                         "-c", "512", "--session", name, "--session-dir", dir.path()},
+                        input);
+    };
+    REQUIRE(chat("c", "Once upon a time\n").exit_code == 0);
+    REQUIRE(chat("d", "Once upon a time there was\n").exit_code == 0);
+    const std::string manifest = dir.file("sessions/c.manifest"), messages = dir.file("chats/c.chat");
+    REQUIRE(fs::exists(manifest));
+    REQUIRE(fs::exists(messages));
+    write_file(messages + ".new", read_file(messages));  // as left by a save stopped before its last rename
+    auto ls = [&] {
+        CliResult r = run_kvlm({"session", "ls", "--session-dir", dir.path()});
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        return r.out;
+    };
+    auto listed = [](const std::string& ls_out, const std::string& name) {
+        return std::regex_search(ls_out, std::regex("(^|\n)" + name + " "));
+    };
+    REQUIRE(listed(ls(), "c"));
+
+    {  // in use: refused, every file kept
+        FileLock held = SessionStore(dir.path()).lock_session("c");
+        CliResult busy = run_kvlm({"session", "rm", "c", "--session-dir", dir.path()});
+        CHECK(busy.exit_code == 1);
+        CHECK(busy.out.empty());
+        CHECK_MESSAGE(busy.err.find("session 'c' is in use by another kvlm process") != std::string::npos, busy.err);
+        CHECK_MESSAGE(busy.err.find("nothing was removed") != std::string::npos, busy.err);
+        CHECK(fs::exists(manifest));
+        CHECK(fs::exists(messages));
+        CHECK(fs::exists(messages + ".new"));
+        CHECK(SessionStore(dir.path()).verify("c").problems.empty());
+    }
+
+    CliResult rm = run_kvlm({"session", "rm", "c", "--session-dir", dir.path()});
+    REQUIRE_MESSAGE(rm.exit_code == 0, rm.err);
+    CHECK(rm.out.empty());
+    for (const std::string needle : {"removed session 'c'", "sessions/c.manifest", "chats/c.chat", "chats/c.chat.new",
+                               "block file(s) no other session uses"})
+        CHECK_MESSAGE(rm.err.find(needle) != std::string::npos, rm.err << "\nexpected: " << needle);
+    CHECK(!fs::exists(manifest));
+    CHECK(!fs::exists(messages));
+    CHECK(!fs::exists(messages + ".new"));
+    CHECK(fs::exists(dir.file("locks/c.lock")));  // lock files stay (see SessionStore::remove)
+    std::string after = ls();
+    CHECK_MESSAGE(!listed(after, "c"), after);
+    CHECK_MESSAGE(listed(after, "d"), after);
+    CHECK(fs::exists(dir.file("chats/d.chat")));
+    CHECK(SessionStore(dir.path()).verify("").problems.empty());
+    CHECK(run_kvlm({"session", "rm", "c", "--session-dir", dir.path()}).exit_code != 0);
+
+    // The name is free: a `kvlm run` session of that name is not mistaken for the old chat.
+    REQUIRE(run_turn(dir.path(), "c", "Once").exit_code == 0);
+    CliResult refused = chat("c", "Then\n");
+    CHECK(refused.exit_code != 0);
+    CHECK_MESSAGE(refused.err.find("not saved by kvlm chat") != std::string::npos, refused.err);
+
+    // Chat messages an older kvlm's rm left behind without a manifest are removed by name.
+    write_file(dir.file("chats/old.chat"), "KVCH");
+    CliResult leftover = run_kvlm({"session", "rm", "old", "--session-dir", dir.path()});
+    CHECK_MESSAGE(leftover.exit_code == 0, leftover.err);
+    CHECK_MESSAGE(leftover.err.find("chats/old.chat") != std::string::npos, leftover.err);
+    CHECK(!fs::exists(dir.file("chats/old.chat")));
 }
 
 TEST_CASE("session cli: kill -9 at random moments leaves the previous or the new state, loadable") {

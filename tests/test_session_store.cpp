@@ -93,10 +93,11 @@ TEST_CASE("session format: manifest round trip; truncation, bit flips and future
 
     SessionIdentity other = m.identity;
     other.block_size = 32;
-    CHECK(identity_mismatch(m.identity, other) == "block size: session has 4, running model has 32");
+    CHECK(identity_mismatch(m.identity, other) ==
+          "block size: session has 4, this run has 32 (run with --block-size 4 to continue it)");
     other = m.identity;
     other.kv_dtype = DType::f16;
-    CHECK(identity_mismatch(m.identity, other).find("KV dtype: session has f32, running model has f16") == 0);
+    CHECK(identity_mismatch(m.identity, other).find("KV dtype: session has f32, this run has f16") == 0);
     other = m.identity;
     other.rope_scaling.type = "llama3";
     CHECK(identity_mismatch(m.identity, other).find("RoPE scaling type") == 0);
@@ -215,7 +216,7 @@ TEST_CASE("session: restore is transactional and never past what verifies") {
         Sequence seq;
         int32_t used = engine.pool().n_used();
         std::string e = error_of([&] { restore_session(engine, store, "s", seq); });
-        CHECK_MESSAGE(e.find("block size: session has 16, running model has 32") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("block size: session has 16, this run has 32") != std::string::npos, e);
         CHECK_MESSAGE(e.find("kvlm session rm s") != std::string::npos, e);
         CHECK(engine.pool().n_used() == used);
         CHECK(seq.tokens.empty());

@@ -1,0 +1,378 @@
+// Decode GEMVs: out = W x_hat for a single token. Memory-bound, so each weight byte is read exactly once
+// (16-byte streaming loads when rows are 16-byte aligned) and accumulated in f32; nothing allocates or syncs,
+// so launches can be captured in CUDA graphs. Deterministic: fixed summation orders, no atomics; a row's dot
+// product does not depend on the rows per warp.
+#include <climits>
+#include <cstdint>
+
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "dtype_cuda.cuh"
+
+namespace kvlm {
+
+namespace {
+
+constexpr int kMaxOutputs = 3;
+constexpr int kMaxWarps = 8;  // blocks of 128 or 256 threads
+// x_hat is staged in shared memory when it fits the default 48 KB (less a margin for the static arrays);
+// larger inputs (Llama's FFN down, n_in 14336) read x from global memory, where it stays L1/L2-resident.
+constexpr int32_t kMaxSharedIn = (48 * 1024 - 256) / 4;
+// Launch-shape targets for an H100/H200 (132 SMs): several rows per warp only while >= 4 blocks of 256
+// threads per SM remain; 128-thread blocks when 256-thread ones would leave fewer than 2 blocks per SM.
+constexpr int64_t kSms = 132;
+constexpr int64_t kFillBlocks = 4 * kSms;
+
+// One launch's work: the flattened row space [0, n_rows) is split over the outputs, output o owning rows
+// [row_end[o - 1], row_end[o]) (row_end[-1] = 0; unused entries INT32_MAX). For SwiGLU, weight[0] is the
+// gate and weight[1] the up matrix of the single output.
+struct GemvParams {
+    const void* weight[kMaxOutputs];  // [n_out_o, n_in] in the launch's dtype
+    float* out[kMaxOutputs];          // [n_out_o]
+    const float* bias[kMaxOutputs];   // [n_out_o] or null
+    int32_t row_end[kMaxOutputs];
+    int32_t n_rows;
+    const float* x;            // [n_in]
+    const float* norm_weight;  // [n_in] or null
+    float norm_eps;
+    int32_t n_in;
+    bool accumulate;
+    bool vec;  // 16-byte loads: n_in * sizeof(T) % 16 == 0 and weights (and x, norm_weight if read from global) aligned
+};
+
+// Weights are read once: keep them out of L1, where x lives when it is read from global memory.
+__device__ __forceinline__ uint4 load_weights16(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// Two consecutive 16-bit elements packed in a 32-bit word (little-endian: element 2k in the low half).
+__device__ __forceinline__ float2 unpack2(uint32_t word, __half) {
+    return __half22float2(__halves2half2(__ushort_as_half((unsigned short)(word & 0xffffu)),
+                                         __ushort_as_half((unsigned short)(word >> 16))));
+}
+__device__ __forceinline__ float2 unpack2(uint32_t word, __nv_bfloat16) {  // bf16 is the top half of an f32
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+}
+
+// acc + sum_j w_j * x[j] over the 16 / sizeof(T) elements of w, in element order.
+template <typename T>
+__device__ __forceinline__ float dot16(const uint4& w, const float* x, float acc) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if constexpr (sizeof(T) == 4) {
+            acc = fmaf(__uint_as_float(words[k]), x[k], acc);
+        } else {
+            float2 f = unpack2(words[k], T());
+            acc = fmaf(f.x, x[2 * k], acc);
+            acc = fmaf(f.y, x[2 * k + 1], acc);
+        }
+    }
+    return acc;
+}
+
+// 1 / rms(x) as rmsnorm_cpu computes it: 1 / sqrt(sum(x^2) / n + eps). Every thread of the block must call
+// it (it synchronizes); the reduction order depends only on blockDim, so every block gets the same value.
+__device__ float block_rms_scale(const float* x, int32_t n, float eps, float* warp_sums /* [kMaxWarps] */) {
+    float sum = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) sum = fmaf(x[i], x[i], sum);
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < int(blockDim.x / 32); w++) total += warp_sums[w];
+    return 1.0f / sqrtf(total / float(n) + eps);
+}
+
+// Output o and row within it of flattened row `row` (< n_rows).
+__device__ __forceinline__ int locate(const GemvParams& p, int32_t row, int32_t* local) {
+    const int o = int(row >= p.row_end[0]) + int(row >= p.row_end[1]);
+    *local = row - (o == 0 ? 0 : o == 1 ? p.row_end[0] : p.row_end[1]);
+    return o;
+}
+
+// One step of a warp's weight loads: U 16-byte chunks (vector path) or U elements (scalar path) of each of
+// its NR rows, lane l taking chunk/element base + u * 32 + l; past the row's end it loads zeros.
+template <typename T, int U, int NR>
+__device__ __forceinline__ void load_step(uint4 (&w)[U][NR], const T* const (&rows)[NR], int64_t base, int64_t n_chunks,
+                                          int lane) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t c = base + u * 32 + lane;
+#pragma unroll
+        for (int k = 0; k < NR; k++)
+            w[u][k] =
+                c < n_chunks ? load_weights16(reinterpret_cast<const uint4*>(rows[k]) + c) : make_uint4(0, 0, 0, 0);
+    }
+}
+template <typename T, int U, int NR>
+__device__ __forceinline__ void load_step(float (&w)[U][NR], const T* const (&rows)[NR], int64_t base, int64_t n_in,
+                                          int lane) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t i = base + u * 32 + lane;
+#pragma unroll
+        for (int k = 0; k < NR; k++) w[u][k] = i < n_in ? load_f32(rows[k], i) : 0.0f;
+    }
+}
+
+// Each warp owns R consecutive flattened rows (clamped to the last row for the loads; only valid rows are
+// written) and computes their dot products with x_hat together, so one x_hat chunk serves R rows (2R weight
+// rows for SwiGLU: gate then up). Lane l owns 16-byte chunks l, l + 32, ... of each row (elements l,
+// l + 32, ... on the scalar path), accumulated in increasing order; U chunks per row are in flight per step;
+// then a butterfly reduction. On the vector path the first step's loads are issued before x_hat exists (they
+// do not depend on it), so for small, latency-bound matrices the HBM round trip overlaps the norm and staging.
+// kShared: x_hat staged in dynamic shared memory ([n_in] floats); otherwise x (and norm_weight) read from
+// global memory and normalised on the fly, with the same arithmetic.
+template <typename T, int R, bool kSwiglu, bool kShared>
+__global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p) {
+    extern __shared__ float4 x_shared4[];  // [n_in] when kShared
+    float* x_shared = reinterpret_cast<float*>(x_shared4);
+    __shared__ float warp_sums[kMaxWarps];
+    constexpr int kMats = kSwiglu ? 2 : 1;
+    constexpr int NR = R * kMats;           // weight rows this warp reads
+    constexpr int U = 8 / NR;               // chunks per row per step: 8 loads in flight per lane
+    constexpr int V = 16 / int(sizeof(T));  // elements per 16-byte chunk
+    const int lane = threadIdx.x % 32;
+    const int32_t n_in = p.n_in;
+    const int64_t n_chunks = n_in / V;
+    const float* __restrict__ x = p.x;
+    const float* __restrict__ norm_weight = p.norm_weight;
+    const bool norm = norm_weight != nullptr;
+    const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * R;
+    const bool has_rows = first < p.n_rows;  // warp-uniform
+
+    const T* rows[NR];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t last = int64_t(p.n_rows) - 1;
+        const int32_t row = int32_t(first + r < last ? first + r : last);
+        int32_t local;
+        const int o = locate(p, row, &local);
+#pragma unroll
+        for (int m = 0; m < kMats; m++) {
+            const void* w = kSwiglu ? p.weight[m] : o == 0 ? p.weight[0] : o == 1 ? p.weight[1] : p.weight[2];
+            rows[m * R + r] = static_cast<const T*>(w) + int64_t(local) * n_in;
+        }
+    }
+    uint4 wv[U][NR];  // vector path: the current step's chunks (the scalar fallback is not prefetched)
+    if (has_rows && p.vec) load_step(wv, rows, 0, n_chunks, lane);
+
+    float scale = 1.0f;
+    if (norm) scale = block_rms_scale(x, n_in, p.norm_eps, warp_sums);
+    if (kShared) {
+        for (int32_t i = threadIdx.x; i < n_in; i += blockDim.x)
+            x_shared[i] = norm ? norm_weight[i] * (x[i] * scale) : x[i];
+        __syncthreads();
+    }
+    // No block-wide synchronization below: warps without rows may leave.
+    if (!has_rows) return;
+
+    float acc[NR];
+#pragma unroll
+    for (int k = 0; k < NR; k++) acc[k] = 0.0f;
+    if (p.vec) {
+        for (int64_t base = 0; base < n_chunks; base += U * 32) {
+            if (base > 0) load_step(wv, rows, base, n_chunks, lane);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t c = base + u * 32 + lane;
+                if (c >= n_chunks) continue;
+                float xv[V];
+#pragma unroll
+                for (int j = 0; j < V / 4; j++) {
+                    float4 f;
+                    if (kShared) {
+                        f = x_shared4[c * (V / 4) + j];
+                    } else {
+                        f = __ldg(reinterpret_cast<const float4*>(x) + c * (V / 4) + j);
+                        if (norm) {
+                            const float4 g = __ldg(reinterpret_cast<const float4*>(norm_weight) + c * (V / 4) + j);
+                            f.x = g.x * (f.x * scale), f.y = g.y * (f.y * scale);
+                            f.z = g.z * (f.z * scale), f.w = g.w * (f.w * scale);
+                        }
+                    }
+                    xv[4 * j] = f.x, xv[4 * j + 1] = f.y, xv[4 * j + 2] = f.z, xv[4 * j + 3] = f.w;
+                }
+#pragma unroll
+                for (int k = 0; k < NR; k++) acc[k] = dot16<T>(wv[u][k], xv, acc[k]);
+            }
+        }
+    } else {
+        for (int64_t base = 0; base < n_in; base += U * 32) {
+            float ws[U][NR];
+            load_step(ws, rows, base, n_in, lane);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t i = base + u * 32 + lane;
+                if (i >= n_in) continue;
+                float xi;
+                if (kShared)
+                    xi = x_shared[i];
+                else
+                    xi = norm ? __ldg(norm_weight + i) * (__ldg(x + i) * scale) : __ldg(x + i);
+#pragma unroll
+                for (int k = 0; k < NR; k++) acc[k] = fmaf(ws[u][k], xi, acc[k]);
+            }
+        }
+    }
+
+    // Every lane of the warp gets here (the loops above only predicate), as the full-mask shuffles need.
+#pragma unroll
+    for (int k = 0; k < NR; k++)
+        for (int offset = 16; offset > 0; offset /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], offset);
+    if (lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (first + r >= p.n_rows) break;
+        const int32_t row = int32_t(first + r);
+        if (kSwiglu) {
+            const float g = acc[r], u = acc[R + r];
+            p.out[0][row] = g / (1.0f + expf(-g)) * u;  // silu(gate) * up, as swiglu_kernel
+        } else {
+            int32_t local;
+            const int o = locate(p, row, &local);
+            float* out = o == 0 ? p.out[0] : o == 1 ? p.out[1] : p.out[2];
+            const float* bias = o == 0 ? p.bias[0] : o == 1 ? p.bias[1] : p.bias[2];
+            float v = acc[r];
+            if (bias) v += bias[local];
+            out[local] = p.accumulate ? out[local] + v : v;
+        }
+    }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Rows per warp and threads per block for n_rows output rows (see kFillBlocks).
+struct LaunchShape {
+    int rows_per_warp;
+    int threads;
+};
+LaunchShape launch_shape(int64_t n_rows, bool swiglu) {
+    auto blocks = [&](int64_t rows_per_block) { return (n_rows + rows_per_block - 1) / rows_per_block; };
+    const int max_r = swiglu ? 2 : 4;  // SwiGLU rows already read two weight rows each
+    int r = 1;
+    while (r < max_r && blocks(int64_t(2 * r) * kMaxWarps) >= kFillBlocks) r *= 2;
+    const int threads = r > 1 || blocks(kMaxWarps) >= 2 * kSms ? kMaxWarps * 32 : kMaxWarps * 16;
+    return {r, threads};
+}
+
+template <typename T, bool kSwiglu, bool kShared>
+void launch_with(const GemvParams& p, const LaunchShape& shape, size_t shared_bytes, cudaStream_t stream) {
+    const int64_t rows_per_block = int64_t(shape.rows_per_warp) * (shape.threads / 32);
+    const unsigned blocks = unsigned((int64_t(p.n_rows) + rows_per_block - 1) / rows_per_block);
+    void (*kernel)(GemvParams) = gemv_kernel<T, 1, kSwiglu, kShared>;
+    if (shape.rows_per_warp == 2) kernel = gemv_kernel<T, 2, kSwiglu, kShared>;
+    if constexpr (!kSwiglu)
+        if (shape.rows_per_warp == 4) kernel = gemv_kernel<T, 4, kSwiglu, kShared>;
+    kernel<<<blocks, shape.threads, shared_bytes, stream>>>(p);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Fills in n_rows, vec and the shape from the rest of p, and launches. p.weight/out/bias/row_end are set.
+template <typename T>
+void launch_gemv_typed(GemvParams p, int n_weights, bool swiglu, cudaStream_t stream) {
+    const bool shared = p.n_in <= kMaxSharedIn;
+    bool vec = int64_t(p.n_in) * int64_t(sizeof(T)) % 16 == 0;
+    for (int i = 0; i < n_weights; i++) vec = vec && aligned16(p.weight[i]);
+    if (!shared) vec = vec && aligned16(p.x) && (p.norm_weight == nullptr || aligned16(p.norm_weight));
+    p.vec = vec;
+    const LaunchShape shape = launch_shape(p.n_rows, swiglu);
+    const size_t shared_bytes = shared ? size_t(p.n_in) * sizeof(float) : 0;
+    if (swiglu) {
+        if (shared)
+            launch_with<T, true, true>(p, shape, shared_bytes, stream);
+        else
+            launch_with<T, true, false>(p, shape, shared_bytes, stream);
+    } else {
+        if (shared)
+            launch_with<T, false, true>(p, shape, shared_bytes, stream);
+        else
+            launch_with<T, false, false>(p, shape, shared_bytes, stream);
+    }
+}
+
+void launch_gemv_params(const GemvParams& p, DType dtype, int n_weights, bool swiglu, cudaStream_t stream) {
+    switch (dtype) {
+        case DType::f32:
+            launch_gemv_typed<float>(p, n_weights, swiglu, stream);
+            break;
+        case DType::f16:
+            launch_gemv_typed<__half>(p, n_weights, swiglu, stream);
+            break;
+        case DType::bf16:
+            launch_gemv_typed<__nv_bfloat16>(p, n_weights, swiglu, stream);
+            break;
+    }
+}
+
+bool known_dtype(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+
+bool overlaps(const float* a, int64_t n_a, const float* b, int64_t n_b) {
+    const uintptr_t pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+    return pa < pb + uintptr_t(n_b) * sizeof(float) && pb < pa + uintptr_t(n_a) * sizeof(float);
+}
+
+GemvParams base_params(const float* x, int32_t n_in, const float* norm_weight, float norm_eps, bool accumulate) {
+    GemvParams p{};
+    for (int i = 0; i < kMaxOutputs; i++) p.row_end[i] = INT32_MAX;
+    p.x = x, p.n_in = n_in, p.norm_weight = norm_weight, p.norm_eps = norm_eps, p.accumulate = accumulate;
+    return p;
+}
+
+}  // namespace
+
+void launch_gemv(const GemvOutput* outputs, int32_t n_outputs, const float* x, int32_t n_in, const float* norm_weight,
+                 float norm_eps, bool accumulate, cudaStream_t stream) {
+    if (n_outputs < 1 || n_outputs > kMaxOutputs) cuda_throw("launch_gemv: n_outputs must be 1, 2 or 3");
+    if (outputs == nullptr || x == nullptr) cuda_throw("launch_gemv: null outputs or x");
+    if (n_in < 1) cuda_throw("launch_gemv: n_in must be at least 1");
+    int64_t n_rows = 0;
+    for (int32_t i = 0; i < n_outputs; i++) {
+        const GemvOutput& o = outputs[i];
+        if (o.n_out < 0) cuda_throw("launch_gemv: negative n_out");
+        if (!known_dtype(o.dtype)) cuda_throw("launch_gemv: unknown weight dtype");
+        if (o.n_out == 0) continue;
+        if (o.out == nullptr || o.weight == nullptr) cuda_throw("launch_gemv: null out or weight");
+        if (overlaps(o.out, o.n_out, x, n_in)) cuda_throw("launch_gemv: out overlaps x");
+        n_rows += o.n_out;
+    }
+    if (n_rows > INT32_MAX) cuda_throw("launch_gemv: more than INT32_MAX output rows in one launch");
+    if (n_rows == 0) return;
+    // One launch per weight dtype present (one in total in the usual case of equal dtypes).
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+        GemvParams p = base_params(x, n_in, norm_weight, norm_eps, accumulate);
+        int n = 0;
+        int32_t end = 0;
+        for (int32_t i = 0; i < n_outputs; i++) {
+            const GemvOutput& o = outputs[i];
+            if (o.dtype != dtype || o.n_out == 0) continue;
+            end += o.n_out;
+            p.weight[n] = o.weight, p.out[n] = o.out, p.bias[n] = o.bias, p.row_end[n] = end;
+            n++;
+        }
+        if (n == 0) continue;
+        p.n_rows = end;
+        launch_gemv_params(p, dtype, n, false, stream);
+    }
+}
+
+void launch_gemv_swiglu(float* out, const float* x, const void* w_gate, const void* w_up, DType dtype, int32_t n_in,
+                        int32_t n_ff, const float* norm_weight, float norm_eps, cudaStream_t stream) {
+    if (out == nullptr || x == nullptr || w_gate == nullptr || w_up == nullptr)
+        cuda_throw("launch_gemv_swiglu: null out, x or weight");
+    if (n_in < 1) cuda_throw("launch_gemv_swiglu: n_in must be at least 1");
+    if (n_ff < 0) cuda_throw("launch_gemv_swiglu: negative n_ff");
+    if (!known_dtype(dtype)) cuda_throw("launch_gemv_swiglu: unknown weight dtype");
+    if (overlaps(out, n_ff, x, n_in)) cuda_throw("launch_gemv_swiglu: out overlaps x");
+    if (n_ff == 0) return;
+    GemvParams p = base_params(x, n_in, norm_weight, norm_eps, false);
+    p.weight[0] = w_gate, p.weight[1] = w_up, p.out[0] = out, p.row_end[0] = n_ff, p.n_rows = n_ff;
+    launch_gemv_params(p, dtype, 2, true, stream);
+}
+
+}  // namespace kvlm

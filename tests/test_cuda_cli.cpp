@@ -1,0 +1,143 @@
+// The CUDA backend through the real binary on stories260K: `--device cuda` greedy text equals the golden
+// text (to the first near tie of the CPU's logits), decode with CUDA graphs off gives the same text,
+// `--device auto` says it picked CUDA, a session saved and restored on the GPU continues as the same
+// session does on the CPU (same texts, same reuse counts), and `kvlm bench --device cuda` reports the
+// bandwidth and FLOP/s columns. Without a usable device (or in CUDA=0 builds) each case says
+// "SKIPPED: no CUDA device (...)" and passes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "backend.h"
+#include "kv_pool.h"
+#include "model_file.h"
+#include "test_util.h"
+#include "tokenizer.h"
+
+using namespace kvlm;
+using namespace kvlm::test;
+
+namespace {
+
+bool have_cuda() {
+    std::string why;
+    if (cuda_available(&why)) return true;
+    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
+    return false;
+}
+
+std::string stories(const std::string& relative) { return data_path("stories260K/" + relative); }
+std::string stories_model() { return converted_model("stories-gguf", {stories("stories260K.gguf")}); }
+
+// Greedy text up to the first step where the CPU's (teacher-forced) top two logits are closer than `gap`:
+// past such a near tie, a GPU's different summation order may legitimately pick the other token.
+std::string golden_prefix(float gap) {
+    auto j = nlohmann::json::parse(read_file(stories("reference_greedy_f32.json")));
+    std::vector<int32_t> greedy = j.at("greedy_token_ids").get<std::vector<int32_t>>();
+    std::vector<int32_t> tokens = {1};
+    tokens.insert(tokens.end(), greedy.begin(), greedy.end() - 1);
+    auto model = ModelFile::open(stories_model());
+    BackendOptions options;
+    options.block_size = 16;
+    options.n_kv_blocks = int32_t(tokens.size() + 15) / 16 + 1;
+    auto cpu = make_cpu_backend(*model, options);
+    KvPool pool(options.n_kv_blocks, options.block_size);
+    BlockTable table;
+    reserve_tokens(pool, table, int32_t(tokens.size()));
+    const int32_t n_vocab = model->config().n_vocab;
+    std::vector<float> logits(tokens.size() * size_t(n_vocab));
+    cpu->forward(tokens.data(), int32_t(tokens.size()), 0, table, logits.data(), true);
+    table.n_tokens = int32_t(tokens.size());
+    release_table(pool, table);
+    size_t first_tie = greedy.size();
+    for (size_t p = 0; p < greedy.size() && first_tie == greedy.size(); p++) {
+        std::vector<float> row(logits.begin() + p * n_vocab, logits.begin() + (p + 1) * n_vocab);
+        std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+        if (row[0] - row[1] < gap) first_tie = p;
+    }
+    Tokenizer tokenizer(model->metadata().tokenizer);
+    std::string prefix = tokenizer.decode(std::vector<int32_t>(greedy.begin(), greedy.begin() + first_tie));
+    if (!prefix.empty() && prefix[0] == ' ') prefix.erase(0, 1);  // as llama2.c prints after BOS
+    MESSAGE("stories260K: first near tie (gap < " << gap << ") at step " << first_tie);
+    return prefix;
+}
+
+CliResult run_turn(const std::string& dir, const std::string& device, const std::string& prompt) {
+    return run_kvlm({"run", "-m", stories_model(), "-p", prompt, "-n", "24", "--temp", "0", "-c", "512", "--session",
+                     "s", "--session-dir", dir, "--device", device, "--verbose"});
+}
+
+int count(const std::string& err, const std::string& what) {
+    std::smatch m;
+    return std::regex_search(err, m, std::regex("(\\d+) " + what)) ? std::stoi(m[1].str()) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, graphs on and off") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf")) || !have_data(stories("expected_t0_n200.txt"))) return;
+    const std::string expected = read_file(stories("expected_t0_n200.txt"));
+    const std::string prefix = golden_prefix(2e-3f);
+    REQUIRE(expected.compare(0, prefix.size(), prefix) == 0);
+    const std::vector<std::string> args = {"run", "-m", stories_model(), "-p", "", "-n", "200", "--temp", "0"};
+
+    std::vector<std::string> cuda_args = args;
+    cuda_args.insert(cuda_args.end(), {"--device", "cuda"});
+    CliResult r = run_kvlm(cuda_args);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(r.err.find("kvlm: device cuda") != std::string::npos);
+    CHECK(r.out.compare(0, prefix.size(), prefix) == 0);
+    if (prefix.size() == expected.size()) CHECK(r.out == expected);
+
+    CliResult eager = run_shell("KVLM_CUDA_GRAPHS=0 " + kvlm_command(cuda_args));
+    REQUIRE_MESSAGE(eager.exit_code == 0, eager.err);
+    CHECK(eager.err.find("CUDA graphs off") != std::string::npos);
+    CHECK(eager.out == r.out);
+
+    CliResult automatic = run_kvlm(args);
+    REQUIRE_MESSAGE(automatic.exit_code == 0, automatic.err);
+    CHECK(automatic.err.find("(auto: a CUDA device is available)") != std::string::npos);
+    CHECK(automatic.out == r.out);
+}
+
+TEST_CASE("cuda cli: a session saved and restored on the GPU continues as the same session on the CPU") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    const std::vector<std::string> turns = {"Once upon a time", " Lily saw a big red ball.", " Then"};
+    TempDir gpu_dir, cpu_dir;
+    for (size_t t = 0; t < turns.size(); t++) {
+        CAPTURE(t);
+        CliResult gpu = run_turn(gpu_dir.path(), "cuda", turns[t]);
+        CliResult cpu = run_turn(cpu_dir.path(), "cpu", turns[t]);
+        REQUIRE_MESSAGE(gpu.exit_code == 0, gpu.err);
+        REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
+        CHECK(gpu.out == cpu.out);
+        CHECK(count(gpu.err, "restored from disk") == count(cpu.err, "restored from disk"));
+        CHECK(count(gpu.err, "prefilled") == count(cpu.err, "prefilled"));
+        if (t > 0) CHECK(count(gpu.err, "restored from disk") > 0);
+    }
+    CliResult verify = run_kvlm({"session", "verify", "s", "--session-dir", gpu_dir.path()});
+    CHECK_MESSAGE(verify.exit_code == 0, verify.err);
+}
+
+TEST_CASE("cuda cli: kvlm bench --device cuda reports bandwidth and FLOP/s against the device's peaks") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    CliResult r = run_kvlm({"bench", "-m", stories_model(), "-p", "64", "-n", "16", "-r", "2", "--device", "cuda",
+                            "-o", "json", "--no-scenarios"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    auto j = nlohmann::json::parse(r.out);
+    MESSAGE("bench json: " << r.out.substr(0, 2000));
+    CHECK(j.at("backend").get<std::string>().rfind("cuda", 0) == 0);
+    CHECK(j.at("peaks").at("memory_gb_s").get<double>() > 0);  // every Hopper/Ampere part is in the table
+    REQUIRE(j.at("results").size() == 2);
+    for (const auto& row : j.at("results")) {
+        CHECK(row.at("tokens_per_second").at("mean").get<double>() > 0);
+        if (row.at("kind") == "decode") CHECK(row.at("fraction_of_peak_bandwidth").get<double>() > 0);
+        else CHECK(row.at("fraction_of_bf16_peak").get<double>() > 0);
+    }
+}
