@@ -39,7 +39,7 @@ LIB_OBJ  := $(SRC_CPP:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 TEST_OBJ := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/kvlm_tests
 
-.PHONY: all test debug test-sanitize fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench format deps carry
+.PHONY: all test debug test-sanitize test-cuda-emu fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench format deps carry
 all: $(BIN)
 
 $(BIN): $(BUILD)/main.o $(LIB_OBJ)
@@ -64,6 +64,54 @@ $(BUILD)/%.o: %.cu
 # Tests drive the real binary too (KVLM_BIN); data comes from KVLM_TEST_DATA (default ../shared/models).
 test: $(BIN) $(TEST_BIN)
 	KVLM_BIN=$(abspath $(BIN)) $(TEST_BIN) $(TEST_ARGS)
+
+# CUDA kernel parity tests without a GPU (docs/CUDA.md, "Kernel tests in emulation"): cuda/*.cu rewritten by
+# tools/cuda_emu/prep.py and compiled by g++ against the emulator's stand-in CUDA headers, with the
+# cuda_test API, the four kernel test files and the CPU twins. Own build dir and flags; cuBLAS is not
+# emulated (the matmul cases skip), and the backend, cuBLAS loader, graph cache and device peaks stay out.
+EMU_BUILD    := build/cuda-emu
+EMU_CPPFLAGS := -MMD -MP -DKVLM_CUDA=1 -DKVLM_CUDA_EMU=1 -Itools/cuda_emu/include -Icuda -Isrc -Itests
+EMU_CXXFLAGS := -O2 -g1 -std=c++17 $(WARN) -Wno-unknown-pragmas -pthread
+EMU_CU       := $(wildcard cuda/*.cu)
+EMU_HOST     := cuda/cuda_test_api.cpp cuda/cuda_test_api_decode.cpp cuda/cuda_test_api_gemv.cpp \
+                cuda/cuda_test_api_prefill.cpp cuda/cuda_check.cpp cuda/matmul.cpp tools/cuda_emu/emu.cpp
+EMU_TESTS    := tests/test_cuda_kernels.cpp tests/test_cuda_decode_kernels.cpp tests/test_cuda_gemv.cpp \
+                tests/test_cuda_prefill_attention.cpp tests/test_main.cpp tests/random_model.cpp
+EMU_OBJ      := $(EMU_CU:cuda/%.cu=$(EMU_BUILD)/gen/%.o) $(EMU_HOST:%.cpp=$(EMU_BUILD)/%.o) \
+                $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o)
+EMU_SRC_LIB  := $(EMU_BUILD)/libkvlm_src.a
+EMU_BIN      := $(EMU_BUILD)/kvlm_emu_tests
+EMU_ARGS     ?= -tc='cuda kernels*'
+
+test-cuda-emu: $(EMU_BIN)
+	KVLM_CUDA_EMU=1 $(EMU_BIN) $(EMU_ARGS)
+
+$(EMU_BIN): $(EMU_OBJ) $(EMU_SRC_LIB)
+	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)
+
+# src/ as for CUDA=0 (no KVLM_CUDA: cuda_stub.cpp provides the backend entry points), in an archive so only
+# what the tests use is linked.
+$(EMU_SRC_LIB): $(SRC_CPP:%.cpp=$(EMU_BUILD)/%.o)
+	rm -f $@ && ar rcs $@ $^
+$(EMU_BUILD)/src/%.o: src/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -MMD -MP -Isrc $(EMU_CXXFLAGS) -c $< -o $@
+
+.PRECIOUS: $(EMU_BUILD)/gen/%.cpp
+$(EMU_BUILD)/gen/%.cpp: cuda/%.cu tools/cuda_emu/prep.py
+	@mkdir -p $(dir $@)
+	python3 tools/cuda_emu/prep.py $< $@
+$(EMU_BUILD)/gen/%.o: $(EMU_BUILD)/gen/%.cpp
+	$(CXX) $(EMU_CPPFLAGS) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_BUILD)/cuda/%.o: cuda/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CPPFLAGS) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_BUILD)/tools/%.o: tools/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CPPFLAGS) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_BUILD)/tests/%.o: tests/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CPPFLAGS) $(EMU_CXXFLAGS) -c $< -o $@
 
 SAN_FLAGS := -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 debug:

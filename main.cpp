@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
     run_cmd->add_option("-c,--ctx-size", run.n_ctx, "Context length (default: the model's)");
     run_cmd->add_option("-t,--threads", run.n_threads, "CPU threads (default: all cores)");
     run_cmd->add_option("--block-size", run.block_size, "Tokens per KV block")->capture_default_str();
-    run_cmd->add_option("--kv-mem", run.kv_mem, "KV-cache memory budget (e.g. 512MiB; default: fits the context)");
+    run_cmd->add_option("--kv-mem", run.kv_mem,
+                        "KV-cache memory budget: a size (512MiB) or a share of free memory (90%); default: fits the context");
     run_cmd->add_option("--kv-dtype", run.kv_dtype, "KV-cache element type: f32, f16 or bf16")->capture_default_str();
     run_cmd->add_option("--device", run.device, "auto, cuda or cpu")->capture_default_str();
     run_cmd->add_flag("--chat", run.chat, "Wrap the prompt as one user turn of the model's chat template");
@@ -116,7 +117,8 @@ int main(int argc, char** argv) {
     chat_cmd->add_option("-c,--ctx-size", chat.n_ctx, "Context length (default: the model's)");
     chat_cmd->add_option("-t,--threads", chat.n_threads, "CPU threads (default: all cores)");
     chat_cmd->add_option("--block-size", chat.block_size, "Tokens per KV block")->capture_default_str();
-    chat_cmd->add_option("--kv-mem", chat.kv_mem, "KV-cache memory budget (e.g. 512MiB; default: fits the context)");
+    chat_cmd->add_option("--kv-mem", chat.kv_mem,
+                         "KV-cache memory budget: a size (512MiB) or a share of free memory (90%); default: fits the context");
     chat_cmd->add_option("--kv-dtype", chat.kv_dtype, "KV-cache element type: f32, f16 or bf16")->capture_default_str();
     chat_cmd->add_option("--device", chat.device, "auto, cuda or cpu")->capture_default_str();
     chat_cmd->add_flag("-v,--verbose", chat.verbose, "A stats line on stderr after each answer");

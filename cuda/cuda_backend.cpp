@@ -125,8 +125,13 @@ public:
         layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
 
         upload_weights(weights, show_progress);
-        allocate_kv_pool();
         allocate_scratch();
+        // --kv-mem N%: the pool takes that share of what the weights and scratch left free.
+        size_t free_bytes = 0, total_bytes = 0;
+        if (options.kv_mem_fraction > 0) CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+        n_kv_blocks_ = kv_blocks_for_free_memory(n_kv_blocks_, options, free_bytes, layout_.block_bytes());
+        ensure_table_capacity(n_kv_blocks_);
+        allocate_kv_pool();
         fused_decode_ = std::all_of(weights_.layers.begin(), weights_.layers.end(), [](const LayerWeights& lw) {
             return lw.ffn_gate.dtype == lw.ffn_up.dtype;
         });
@@ -149,6 +154,7 @@ public:
         cudaGetLastError();
         return cuda_device_peaks(prop_.name, clock_khz, bus_bits);
     }
+    int32_t n_kv_blocks() const override { return n_kv_blocks_; }
     size_t kv_block_bytes() const override { return layout_.block_bytes(); }
 
     void read_kv_block(int32_t block, void* dst) const override {

@@ -22,6 +22,9 @@ struct BackendOptions {
     int32_t block_size = 16;      // tokens per KV block
     DType kv_dtype = DType::f32;  // element type of the KV cache
     bool cuda_graphs = true;      // CUDA: replay decode steps as CUDA graphs (KVLM_CUDA_GRAPHS=0 turns off)
+    // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
+    // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
+    double kv_mem_fraction = 0;
 };
 
 // Published peak figures of the device a backend runs on, for roofline fractions in `kvlm bench`;
@@ -45,6 +48,7 @@ public:
     virtual void forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table,
                          float* logits, bool all_logits = false) = 0;
 
+    virtual int32_t n_kv_blocks() const = 0;                           // blocks in the pool
     virtual size_t kv_block_bytes() const = 0;                         // bytes of one block record
     virtual void read_kv_block(int32_t block, void* dst) const = 0;    // block record -> host memory
     virtual void write_kv_block(int32_t block, const void* src) = 0;   // host memory -> block record
@@ -61,6 +65,12 @@ void check_forward_args(const char* backend, const ModelConfig& config, int32_t 
 
 // Physical KV blocks a backend allocates: options.n_kv_blocks, or enough for the model's context when 0.
 int32_t kv_block_count(const ModelConfig& config, const BackendOptions& options);
+// With options.kv_mem_fraction > 0: the larger of `minimum` and the blocks of `block_bytes` that fill that
+// fraction of `free_bytes` (capped at 2^30 blocks); otherwise `minimum`.
+int32_t kv_blocks_for_free_memory(int32_t minimum, const BackendOptions& options, uint64_t free_bytes,
+                                  size_t block_bytes);
+// MemAvailable from /proc/meminfo in bytes (0 when unreadable).
+uint64_t host_available_memory();
 
 // KV bytes for one token across all layers (K and V) in `kv_dtype`.
 size_t kv_bytes_per_token(const ModelConfig& config, DType kv_dtype);

@@ -1,4 +1,8 @@
 // Argument validation and KV sizing shared by the CPU and CUDA backends (one rule, one message).
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
 #include "backend.h"
 #include "error.h"
 
@@ -27,6 +31,25 @@ void check_forward_args(const char* backend, const ModelConfig& config, int32_t 
 
 int32_t kv_block_count(const ModelConfig& config, const BackendOptions& options) {
     return options.n_kv_blocks > 0 ? options.n_kv_blocks : (config.n_ctx + options.block_size - 1) / options.block_size;
+}
+
+int32_t kv_blocks_for_free_memory(int32_t minimum, const BackendOptions& options, uint64_t free_bytes,
+                                  size_t block_bytes) {
+    if (options.kv_mem_fraction <= 0 || block_bytes == 0) return minimum;
+    double blocks = options.kv_mem_fraction * double(free_bytes) / double(block_bytes);
+    blocks = std::min(blocks, double(int64_t(1) << 30));
+    return std::max(minimum, int32_t(blocks));
+}
+
+uint64_t host_available_memory() {
+    std::FILE* f = std::fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kib = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "MemAvailable: %" SCNu64 " kB", &kib) == 1) break;
+    std::fclose(f);
+    return kib * 1024;
 }
 
 }  // namespace kvlm

@@ -387,7 +387,7 @@ int cmd_chat(const ChatOptions& options) {
     engine_options.n_ctx = options.n_ctx;
     engine_options.block_size = options.block_size;
     engine_options.kv_dtype = parse_kv_dtype(options.kv_dtype);
-    engine_options.kv_mem_bytes = options.kv_mem.empty() ? 0 : parse_byte_size(options.kv_mem, "--kv-mem");
+    parse_kv_mem(options.kv_mem, &engine_options);
     // Room to copy-on-write a shared last block after /undo or /load.
     engine_options.n_spare_blocks = 1;
     engine_options.quiet = !options.verbose;

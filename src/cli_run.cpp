@@ -148,7 +148,7 @@ int cmd_run(const RunOptions& options) {
     engine_options.n_ctx = options.n_ctx;
     engine_options.block_size = options.block_size;
     engine_options.kv_dtype = parse_kv_dtype(options.kv_dtype);
-    engine_options.kv_mem_bytes = options.kv_mem.empty() ? 0 : parse_byte_size(options.kv_mem, "--kv-mem");
+    parse_kv_mem(options.kv_mem, &engine_options);
     // A fork writing past the prompt copies the prompt's shared last block: one block beyond the context.
     engine_options.n_spare_blocks = options.n_samples > 1 ? 1 : 0;
     engine_options.quiet = options.quiet;

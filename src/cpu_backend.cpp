@@ -23,8 +23,9 @@ public:
         config_.validate("cpu backend");
         check_model_weights(config_, weights_, "cpu backend");
         if (options.block_size < 1) throw_error("cpu backend: block size {} must be at least 1", options.block_size);
-        n_kv_blocks_ = kv_block_count(config_, options);
         layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
+        n_kv_blocks_ = kv_blocks_for_free_memory(kv_block_count(config_, options), options, host_available_memory(),
+                                                 layout_.block_bytes());
         size_t total = size_t(n_kv_blocks_) * layout_.block_bytes();
         if (total / layout_.block_bytes() != size_t(n_kv_blocks_)) throw_error("cpu backend: KV cache size overflows");
         kv_ = static_cast<char*>(std::calloc(total, 1));  // zeroed lazily by the OS
@@ -53,6 +54,7 @@ public:
 
     std::string name() const override { return name_; }
     const ModelConfig& config() const override { return config_; }
+    int32_t n_kv_blocks() const override { return n_kv_blocks_; }
     size_t kv_block_bytes() const override { return layout_.block_bytes(); }
 
     void read_kv_block(int32_t block, void* dst) const override {

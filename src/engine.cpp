@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "byte_size.h"
 #include "error.h"
 
 namespace kvlm {
@@ -40,6 +41,22 @@ DType parse_kv_dtype(const std::string& name) {
     return dtype;
 }
 
+void parse_kv_mem(const std::string& text, EngineOptions* options) {
+    options->kv_mem_bytes = 0;
+    options->kv_mem_fraction = 0;
+    if (text.empty()) return;
+    if (text.back() != '%') {
+        options->kv_mem_bytes = parse_byte_size(text, "--kv-mem");
+        return;
+    }
+    const std::string number = text.substr(0, text.size() - 1);
+    char* end = nullptr;
+    double percent = number.empty() ? 0 : std::strtod(number.c_str(), &end);
+    if (number.empty() || *end != '\0' || !(percent > 0 && percent <= 100))
+        throw_error("--kv-mem: '{}' is not a percentage between 0 and 100 (e.g. 90%) or a size (e.g. 512MiB)", text);
+    options->kv_mem_fraction = percent / 100.0;
+}
+
 Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     auto start = std::chrono::steady_clock::now();
     model_ = ModelFile::open(model_path);
@@ -71,12 +88,13 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     } else {
         if (options.n_spare_blocks < 0) throw_error("n_spare_blocks = {} must not be negative", options.n_spare_blocks);
         backend_options.n_kv_blocks = int32_t(blocks_for_ctx + options.n_spare_blocks);
+        backend_options.kv_mem_fraction = options.kv_mem_fraction;  // the backend may grow the pool from there
     }
 
     std::string why;
     backend_ = choose_backend(*model_, options, backend_options, &why);
     device_name_ = backend_->name();
-    pool_ = std::make_unique<KvPool>(backend_options.n_kv_blocks, options.block_size);
+    pool_ = std::make_unique<KvPool>(backend_->n_kv_blocks(), options.block_size);
     kv_dtype_ = options.kv_dtype;
     prefix_cache_ = std::make_unique<PrefixCache>(
         *pool_, *backend_, kv_namespace_hash(model_->fingerprint(), options.kv_dtype, options.block_size));
@@ -86,6 +104,11 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
         if (options.kv_mem_bytes > 0 && blocks_for_ctx > backend_options.n_kv_blocks)
             std::fprintf(stderr, "kvlm: note: --kv-mem holds %lld tokens, less than the context of %d\n",
                          (long long)backend_options.n_kv_blocks * options.block_size, n_ctx_);
+        if (options.kv_mem_fraction > 0)
+            std::fprintf(stderr, "kvlm: KV pool: %d blocks, %lld tokens, %s (--kv-mem %g%% of the free memory)\n",
+                         backend_->n_kv_blocks(), (long long)n_pool_tokens(),
+                         byte_size_text(uint64_t(backend_->n_kv_blocks()) * backend_->kv_block_bytes()).c_str(),
+                         options.kv_mem_fraction * 100);
     }
 }
 

@@ -14,20 +14,24 @@
 
 namespace kvlm {
 
-// The value of --kv-dtype (f32, f16 or bf16); throws Error naming the flag otherwise.
-DType parse_kv_dtype(const std::string& name);
-
 struct EngineOptions {
     std::string device = "auto";  // auto | cuda | cpu
     int32_t n_threads = 0;        // CPU threads, 0 = all cores
     int32_t n_ctx = 0;            // context length; 0 = the model's, capped at kDefaultMaxContext
     int32_t block_size = 16;      // tokens per KV block
     uint64_t kv_mem_bytes = 0;    // KV pool budget; 0 = exactly enough blocks for n_ctx
+    double kv_mem_fraction = 0;   // --kv-mem N%: the pool fills N% of the memory the backend has free (at least n_ctx)
     DType kv_dtype = DType::f32;  // --kv-dtype
     int32_t n_spare_blocks = 0;   // KV blocks beyond the context when kv_mem_bytes is 0 (copy-on-write room
                                   // for sequences forked from a shared prompt)
     bool quiet = false;           // no informational lines on stderr
 };
+
+// The value of --kv-dtype (f32, f16 or bf16); throws Error naming the flag otherwise.
+DType parse_kv_dtype(const std::string& name);
+// The value of --kv-mem into options: a size ("512MiB") sets kv_mem_bytes, a percentage ("90%", of the memory
+// the device has free after the weights) sets kv_mem_fraction, "" leaves both 0. Throws Error naming the flag.
+void parse_kv_mem(const std::string& text, EngineOptions* options);
 
 // Default context cap when -c is not given: big trained contexts (128k) would reserve GiBs of KV.
 constexpr int32_t kDefaultMaxContext = 8192;

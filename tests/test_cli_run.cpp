@@ -3,6 +3,8 @@
 // clear errors (non-zero exit, message on stderr, nothing on stdout) for bad input.
 #include <doctest/doctest.h>
 
+#include <regex>
+
 #include <string>
 #include <vector>
 
@@ -122,6 +124,33 @@ TEST_CASE("run: --kv-dtype f16/bf16 keeps the greedy text close to f32's; unknow
     CHECK(bad.exit_code != 0);
     CHECK(bad.out.empty());
     CHECK(bad.err.find("--kv-dtype: 'q8' is not a KV-cache type (expected f32, f16 or bf16)") != std::string::npos);
+}
+
+TEST_CASE("run: --kv-mem N% sizes the pool from free memory, never below the context") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    auto run = [](const std::string& kv_mem) {
+        return run_kvlm({"run", "-m", stories_kvlm(), "-p", "Once upon a time", "-n", "8", "--temp", "0", "-v", "-c",
+                         "256", "--device", "cpu", "--kv-mem", kv_mem});
+    };
+    CliResult plain = run_kvlm({"run", "-m", stories_kvlm(), "-p", "Once upon a time", "-n", "8", "--temp", "0", "-q",
+                                "--device", "cpu", "-c", "256"});
+    REQUIRE(plain.exit_code == 0);
+    CliResult r = run("0.5%");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(r.out == plain.out);
+    std::smatch m;
+    REQUIRE_MESSAGE(std::regex_search(r.err, m, std::regex(R"(KV pool: (\d+) blocks, (\d+) tokens, .* \(--kv-mem 0.5% of the free memory\))")),
+                    r.err);
+    // 0.5% of any machine that runs the tests is far more than 256 tokens of stories260K KV (2.5 KiB each).
+    CHECK(std::stoll(m[2].str()) >= 256);
+    CHECK(std::stoll(m[1].str()) * 16 == std::stoll(m[2].str()));
+    for (const char* bad : {"0%", "101%", "x%", "%", "-5%"}) {
+        CAPTURE(bad);
+        CliResult e = run(bad);
+        CHECK(e.exit_code != 0);
+        CHECK(e.out.empty());
+        CHECK(e.err.find("--kv-mem: '" + std::string(bad) + "' is not a percentage between 0 and 100") != std::string::npos);
+    }
 }
 
 TEST_CASE("run: bad input is a clear error, never a truncation or a crash") {

@@ -1,0 +1,505 @@
+// The CUDA emulator's scheduler and runtime (see include/cuda_runtime.h). A block's threads are fibers
+// (ucontext); the scheduler resumes every runnable fiber once per round, in forward, reverse or a seeded
+// random order, each running until it reaches a barrier or warp collective or exits. Invariant: a barrier
+// (warp collective) releases only when every thread of the block (lane of the warp) waits at it; anything
+// else that leaves no fiber runnable is reported as divergence or deadlock and aborts.
+#include <cuda_runtime.h>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cublas_loader.h"
+#include "cuda_check.h"
+
+namespace kvlm_emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kMaxDynamicSmem = 256 * 1024;      // above any device's opt-in limit
+constexpr int kDefaultSmemOptin = 227 * 1024;       // H100 / H200
+constexpr int kDefaultSmem = 48 * 1024;             // without cudaFuncSetAttribute
+
+enum class State { runnable, at_barrier, at_warp_op, done };
+enum class Order { forward, reverse, random };
+
+struct Fiber {
+    ucontext_t ctx;
+    char* stack = nullptr;  // kStackBytes, lowest page PROT_NONE
+    State state = State::done;
+    const char* op = nullptr;  // the barrier or collective it waits at
+    const char* file = nullptr;
+    int line = 0;
+    int parity = 0;            // which of the two exchange buffers its next collective uses
+    uint64_t wmma_ops = 0;
+};
+
+struct Emulator {
+    Order order = Order::random;
+    std::mt19937_64 rng;
+    int smem_optin = kDefaultSmemOptin;
+    std::map<const void*, int> max_dynamic_smem;  // per kernel, from cudaFuncSetAttribute
+    cudaError_t last_error = cudaSuccess;
+
+    std::vector<Fiber> fibers;
+    std::vector<uint64_t> slots[2];  // [n_threads] values deposited by warp collectives
+    ucontext_t scheduler;
+    ucontext_t fiber_template;
+    int current = -1;  // running fiber, -1 outside kernels
+    const char* kernel_name = nullptr;
+    const char* kernel_site = nullptr;
+    Body body = nullptr;
+    void* closure = nullptr;
+
+    // Dynamic shared memory: the launch's bytes end at a PROT_NONE page; below them is PROT_NONE too.
+    char* arena = nullptr;  // [page][kMaxDynamicSmem][page]
+    char* arena_end = nullptr;  // start of the trailing guard page
+    char* smem_base = nullptr;
+    size_t smem_bytes = 0;
+    std::vector<std::pair<void*, size_t>> static_shared;
+
+    Emulator() {
+        const char* o = std::getenv("KVLM_CUDA_EMU_ORDER");
+        std::string order_name = o ? o : "random";
+        if (order_name == "forward") order = Order::forward;
+        else if (order_name == "reverse") order = Order::reverse;
+        else if (order_name == "random") order = Order::random;
+        else die("KVLM_CUDA_EMU_ORDER=%s: expected forward, reverse or random", o);
+        const char* seed = std::getenv("KVLM_CUDA_EMU_SEED");
+        rng.seed(seed ? std::strtoull(seed, nullptr, 10) : 1);
+        if (const char* optin = std::getenv("KVLM_CUDA_EMU_SMEM_OPTIN")) smem_optin = std::atoi(optin);
+        if (smem_optin < kDefaultSmem || smem_optin > int(kMaxDynamicSmem))
+            die("KVLM_CUDA_EMU_SMEM_OPTIN=%d: expected %d..%zu", smem_optin, kDefaultSmem, kMaxDynamicSmem);
+        if (getcontext(&fiber_template) != 0) die("getcontext failed");
+        const size_t page = size_t(sysconf(_SC_PAGESIZE));
+        const size_t span = kMaxDynamicSmem + 2 * page;
+        arena = static_cast<char*>(mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        if (arena == MAP_FAILED) die("mmap of the shared memory arena failed");
+        arena_end = arena + page + kMaxDynamicSmem;
+    }
+};
+
+Emulator& emu() {
+    static Emulator e;
+    return e;
+}
+
+const char* order_name(Order o) { return o == Order::forward ? "forward" : o == Order::reverse ? "reverse" : "random"; }
+
+// "kernel K, block (x,y,z), thread (x,y,z)" for messages; empty outside kernels.
+std::string where() {
+    Emulator& e = emu();
+    if (!e.kernel_name) return "";
+    char buf[1024];
+    std::snprintf(buf, sizeof buf, "\n  in kernel %s launched by %s\n  block (%u,%u,%u) of (%u,%u,%u), thread (%u,%u,%u) of (%u,%u,%u), order %s",
+                  e.kernel_name, e.kernel_site, g_block_idx.x, g_block_idx.y, g_block_idx.z, g_grid_dim.x, g_grid_dim.y, g_grid_dim.z,
+                  g_thread_idx.x, g_thread_idx.y, g_thread_idx.z, g_block_dim.x, g_block_dim.y, g_block_dim.z,
+                  order_name(e.order));
+    return buf;
+}
+
+void on_segv(int, siginfo_t* info, void*) {
+    Emulator& e = emu();
+    const char* addr = static_cast<const char*>(info->si_addr);
+    char buf[1024];
+    int n;
+    if (e.arena && addr >= e.arena && addr < e.arena_end + sysconf(_SC_PAGESIZE))
+        n = std::snprintf(buf, sizeof buf,
+                          "kvlm CUDA emulator: dynamic shared memory access out of bounds at byte %td of %zu%s\n",
+                          addr - e.smem_base, e.smem_bytes, where().c_str());
+    else
+        n = std::snprintf(buf, sizeof buf, "kvlm CUDA emulator: invalid memory access at %p%s\n", info->si_addr,
+                          where().c_str());
+    if (n > 0) (void)!write(2, buf, size_t(std::min<int>(n, sizeof buf - 1)));
+    signal(SIGABRT, SIG_DFL);
+    abort();
+}
+
+void install_segv_handler() {
+    static bool installed = false;
+    if (installed) return;
+    installed = true;
+    static std::vector<char> alt(1 << 16);
+    stack_t ss{};
+    ss.ss_sp = alt.data(), ss.ss_size = alt.size();
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa {};
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+}
+
+void fiber_entry() {
+    Emulator& e = emu();
+    e.body(e.closure);
+    Fiber& f = e.fibers[size_t(e.current)];
+    f.state = State::done;
+    swapcontext(&f.ctx, &e.scheduler);  // never resumed
+}
+
+void set_current(int t) {
+    Emulator& e = emu();
+    e.current = t;
+    const unsigned bx = g_block_dim.x, by = g_block_dim.y;
+    g_thread_idx = {unsigned(t) % bx, unsigned(t) / bx % by, unsigned(t) / (bx * by)};
+    g_lane = t % 32;
+}
+
+// Suspends the running fiber until the scheduler releases it.
+void wait_at(State state, const char* op, const char* file, int line) {
+    Emulator& e = emu();
+    if (e.current < 0) die("%s called outside a kernel", op);
+    Fiber& f = e.fibers[size_t(e.current)];
+    f.state = state, f.op = op, f.file = file, f.line = line;
+    const int t = e.current;
+    swapcontext(&f.ctx, &e.scheduler);
+    set_current(t);
+}
+
+std::string describe(const Fiber& f, int t) {
+    char buf[256];
+    if (f.state == State::done) std::snprintf(buf, sizeof buf, "thread %d exited", t);
+    else std::snprintf(buf, sizeof buf, "thread %d waits at %s (%s:%d)", t, f.op, f.file, f.line);
+    return buf;
+}
+
+void fail_block(const char* what, int t0, int t1) {
+    Emulator& e = emu();
+    std::string detail;
+    for (int t = t0; t < t1; t++) {
+        if (t > t0 && (t == t0 + 8 || t == t1 - 1) && t1 - t0 > 9) detail += "\n    ...";
+        if (t - t0 >= 8 && t < t1 - 1 && t1 - t0 > 9) continue;
+        detail += "\n    " + describe(e.fibers[size_t(t)], t);
+    }
+    e.current = -1;
+    die("%s%s", what, detail.c_str());
+}
+
+void check_wmma_counts(int t0, int t1) {
+    Emulator& e = emu();
+    for (int t = t0 + 1; t < t1; t++)
+        if (e.fibers[size_t(t)].wmma_ops != e.fibers[size_t(t0)].wmma_ops)
+            fail_block("WMMA operations not executed by every lane of the warp (divergent wmma::*_sync)", t0, t1);
+}
+
+// Releases warps whose lanes all wait at the same collective; aborts on a warp split between a collective
+// and a barrier or exit. True when some warp was released.
+bool release_warps(int n_threads) {
+    Emulator& e = emu();
+    bool released = false;
+    for (int w0 = 0; w0 < n_threads; w0 += 32) {
+        const int w1 = std::min(w0 + 32, n_threads);
+        int at_op = 0;
+        for (int t = w0; t < w1; t++) at_op += e.fibers[size_t(t)].state == State::at_warp_op;
+        if (at_op == 0) continue;
+        if (w1 - w0 < 32) fail_block("warp collective in a partial warp (block size not a multiple of 32)", w0, w1);
+        if (at_op < 32) {
+            bool others_stuck = true;
+            for (int t = w0; t < w1; t++) others_stuck &= e.fibers[size_t(t)].state != State::runnable;
+            if (others_stuck) fail_block("warp collective not reached by all 32 lanes", w0, w1);
+            continue;
+        }
+        const Fiber& first = e.fibers[size_t(w0)];
+        for (int t = w0; t < w1; t++) {
+            const Fiber& f = e.fibers[size_t(t)];
+            // __syncwarp may converge from different call sites; a data exchange must be the same one.
+            const bool same = std::strcmp(f.op, first.op) == 0 &&
+                              (std::strcmp(f.op, "__syncwarp") == 0 || (f.line == first.line && std::strcmp(f.file, first.file) == 0));
+            if (!same) fail_block("lanes of a warp wait at different collectives", w0, w1);
+        }
+        check_wmma_counts(w0, w1);
+        for (int t = w0; t < w1; t++) e.fibers[size_t(t)].state = State::runnable;
+        released = true;
+    }
+    return released;
+}
+
+void run_block(int n_threads) {
+    Emulator& e = emu();
+    if (e.fibers.size() < size_t(n_threads)) {
+        const size_t page = size_t(sysconf(_SC_PAGESIZE));
+        for (size_t t = e.fibers.size(); t < size_t(n_threads); t++) {
+            e.fibers.emplace_back();
+            char* s = static_cast<char*>(mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+            if (s == MAP_FAILED) die("mmap of a fiber stack failed");
+            mprotect(s, page, PROT_NONE);  // overflow faults instead of corrupting the next stack
+            e.fibers.back().stack = s;
+        }
+    }
+    for (auto& buf : e.slots) buf.assign(size_t(n_threads), 0);
+    for (int t = 0; t < n_threads; t++) {
+        Fiber& f = e.fibers[size_t(t)];
+        f.ctx = e.fiber_template;
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = kStackBytes;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, fiber_entry, 0);
+        f.state = State::runnable, f.op = nullptr, f.parity = 0, f.wmma_ops = 0;
+    }
+    for (auto& [p, bytes] : e.static_shared) std::memset(p, 0xFF, bytes);
+    if (e.smem_bytes) std::memset(e.smem_base, 0xFF, size_t(e.arena_end - e.smem_base));
+
+    std::vector<int> order(static_cast<size_t>(n_threads));
+    for (;;) {
+        for (int t = 0; t < n_threads; t++) order[size_t(t)] = t;
+        if (e.order == Order::reverse) std::reverse(order.begin(), order.end());
+        if (e.order == Order::random) std::shuffle(order.begin(), order.end(), e.rng);
+        for (int t : order) {
+            if (e.fibers[size_t(t)].state != State::runnable) continue;
+            set_current(t);
+            swapcontext(&e.scheduler, &e.fibers[size_t(t)].ctx);
+        }
+        e.current = -1;
+        if (release_warps(n_threads)) continue;
+        int n_done = 0, n_barrier = 0;
+        for (int t = 0; t < n_threads; t++) {
+            n_done += e.fibers[size_t(t)].state == State::done;
+            n_barrier += e.fibers[size_t(t)].state == State::at_barrier;
+        }
+        if (n_done == n_threads) break;
+        if (n_done + n_barrier < n_threads) fail_block("deadlock: no thread can run", 0, n_threads);
+        if (n_done > 0) fail_block("__syncthreads not reached by every thread of the block", 0, n_threads);
+        const Fiber& first = e.fibers[0];
+        for (int t = 0; t < n_threads; t++) {
+            const Fiber& f = e.fibers[size_t(t)];
+            if (f.line != first.line || std::strcmp(f.file, first.file) != 0)
+                fail_block("threads wait at different __syncthreads (divergent barrier)", 0, n_threads);
+        }
+        for (int w0 = 0; w0 < n_threads; w0 += 32) check_wmma_counts(w0, std::min(w0 + 32, n_threads));
+        for (int t = 0; t < n_threads; t++) e.fibers[size_t(t)].state = State::runnable;
+    }
+    for (int w0 = 0; w0 < n_threads; w0 += 32) check_wmma_counts(w0, std::min(w0 + 32, n_threads));
+    // Bytes past the launch's dynamic shared memory (up to the guard page) must still hold the poison.
+    for (char* p = e.smem_base + e.smem_bytes; p < e.arena_end; p++)
+        if (static_cast<unsigned char>(*p) != 0xFF)
+            die("dynamic shared memory written past its %zu bytes at byte %td [kernel %s, block (%u,%u,%u)]",
+                e.smem_bytes, p - e.smem_base, e.kernel_name, g_block_idx.x, g_block_idx.y, g_block_idx.z);
+}
+
+}  // namespace
+
+void die(const char* format, ...) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "kvlm CUDA emulator: ");
+    va_list args;
+    va_start(args, format);
+    std::vfprintf(stderr, format, args);
+    va_end(args);
+    std::fprintf(stderr, "%s\n", where().c_str());
+    std::fflush(stderr);
+    std::abort();
+}
+
+void block_barrier(const char* file, int line) { wait_at(State::at_barrier, "__syncthreads", file, line); }
+
+const uint64_t* warp_exchange(uint64_t value, unsigned mask, const char* op, const char* file, int line) {
+    Emulator& e = emu();
+    if (mask != 0xffffffffu) die("%s with mask 0x%08x at %s:%d: only full-warp masks are emulated", op, mask, file, line);
+    const int t = e.current;
+    if (t < 0) die("%s called outside a kernel", op);
+    const int parity = e.fibers[size_t(t)].parity;
+    e.fibers[size_t(t)].parity ^= 1;
+    // Double-buffered: a lane cannot deposit into this buffer again before the next collective has
+    // released, i.e. before every lane has read this one's values.
+    e.slots[parity][size_t(t)] = value;
+    wait_at(State::at_warp_op, op, file, line);
+    return e.slots[parity].data() + (t & ~31);
+}
+
+void count_wmma_op() {
+    Emulator& e = emu();
+    if (e.current < 0) die("wmma operation outside a kernel");
+    e.fibers[size_t(e.current)].wmma_ops++;
+}
+
+void* dynamic_smem() { return emu().smem_base; }
+
+void register_static_shared(void* p, size_t bytes) {
+    emu().static_shared.emplace_back(p, bytes);
+    std::memset(p, 0xFF, bytes);
+}
+bool register_static_shared_once(void* p, size_t bytes) {
+    register_static_shared(p, bytes);
+    return true;
+}
+
+void check_smem_range(const void* first, const void* last, const char* what) {
+    Emulator& e = emu();
+    const char *a = static_cast<const char*>(first), *b = static_cast<const char*>(last);
+    const bool in_arena = (a >= e.arena && a < e.arena_end) || (b >= e.arena && b < e.arena_end);
+    if (in_arena && (a < e.smem_base || b >= e.smem_base + e.smem_bytes))
+        die("%s: bytes %td..%td outside the %zu bytes of dynamic shared memory", what, a - e.smem_base,
+            b - e.smem_base, e.smem_bytes);
+}
+
+bool emulated_launch_error(cudaError_t error) {
+    if (emu().last_error == cudaSuccess) emu().last_error = error;
+    return false;
+}
+
+void run_grid(const char* name, const char* site, const void* kernel, const LaunchConfig& cfg, Body body, void* closure) {
+    Emulator& e = emu();
+    install_segv_handler();
+    const dim3 g = cfg.grid, b = cfg.block;
+    const uint64_t n_threads = uint64_t(b.x) * b.y * b.z;
+    const auto limit = e.max_dynamic_smem.count(kernel) ? e.max_dynamic_smem[kernel] : kDefaultSmem;
+    // As cudaLaunchKernel: a bad configuration is an error at the next cudaGetLastError, nothing runs.
+    if (g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535 || n_threads == 0 || n_threads > 1024 ||
+        b.z > 64) {
+        emulated_launch_error(cudaErrorInvalidConfiguration);
+        return;
+    }
+    if (cfg.smem > size_t(limit)) {
+        emulated_launch_error(cudaErrorInvalidValue);
+        return;
+    }
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    e.smem_bytes = cfg.smem;
+    e.smem_base = e.arena_end - (cfg.smem + 127) / 128 * 128;
+    char* accessible = e.arena + (size_t(e.smem_base - e.arena) / page) * page;
+    mprotect(e.arena, size_t(accessible - e.arena), PROT_NONE);
+    if (e.arena_end > accessible) mprotect(accessible, size_t(e.arena_end - accessible), PROT_READ | PROT_WRITE);
+
+    e.kernel_name = name, e.kernel_site = site, e.body = body, e.closure = closure;
+    g_grid_dim = g, g_block_dim = b;
+    const uint64_t n_blocks = uint64_t(g.x) * g.y * g.z;
+    std::vector<uint64_t> blocks(n_blocks);
+    for (uint64_t i = 0; i < n_blocks; i++) blocks[i] = i;
+    if (e.order == Order::reverse) std::reverse(blocks.begin(), blocks.end());
+    if (e.order == Order::random) std::shuffle(blocks.begin(), blocks.end(), e.rng);
+    for (uint64_t i : blocks) {
+        g_block_idx = {unsigned(i % g.x), unsigned(i / g.x % g.y), unsigned(i / (uint64_t(g.x) * g.y))};
+        run_block(int(n_threads));
+    }
+    e.kernel_name = nullptr;
+}
+
+void ptx_ld_global_nc_v4_u32(unsigned& a, unsigned& b, unsigned& c, unsigned& d, const void* p) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) die("ld.global.nc.v4.u32 from %p: not 16-byte aligned", p);
+    uint4 v;
+    std::memcpy(&v, p, 16);
+    a = v.x, b = v.y, c = v.z, d = v.w;
+}
+
+}  // namespace kvlm_emu
+
+// ---- Runtime API.
+using kvlm_emu::emu;
+
+cudaError_t cudaGetDeviceCount(int* count) {
+    *count = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    *prop = cudaDeviceProp{};
+    std::snprintf(prop->name, sizeof prop->name, "kvlm CUDA emulator (CPU, sm_90-like)");
+    prop->totalGlobalMem = size_t(80) << 30;
+    prop->sharedMemPerBlock = kvlm_emu::kDefaultSmem;
+    prop->sharedMemPerBlockOptin = size_t(emu().smem_optin);
+    prop->warpSize = 32, prop->maxThreadsPerBlock = 1024, prop->multiProcessorCount = 132;
+    prop->major = 9, prop->minor = 0, prop->memoryBusWidth = 5120, prop->l2CacheSize = 50 << 20;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    switch (attr) {
+        case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
+        case cudaDevAttrMaxSharedMemoryPerBlock: *value = kvlm_emu::kDefaultSmem; break;
+        case cudaDevAttrWarpSize: *value = 32; break;
+        case cudaDevAttrMultiProcessorCount: *value = 132; break;
+        case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+        case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu().smem_optin; break;
+        default: return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+cudaError_t cuda_emu_func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > emu().smem_optin)
+        return cudaErrorInvalidValue;
+    emu().max_dynamic_smem[kernel] = value;
+    return cudaSuccess;
+}
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void* p) {
+    std::free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+    if (bytes) std::memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+    if (bytes) std::memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaGetLastError() {
+    cudaError_t e = emu().last_error;
+    emu().last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError() { return emu().last_error; }
+const char* cudaGetErrorName(cudaError_t error) {
+    switch (error) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorNoDevice: return "cudaErrorNoDevice";
+        case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    }
+    return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t error) {
+    switch (error) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        default: return cudaGetErrorName(error);
+    }
+}
+
+// ---- cuBLAS is not emulated: the matmul tests skip, and anything that reaches cuBLAS throws.
+namespace kvlm {
+
+constexpr const char* kNoCublas = "cuBLAS is not emulated (KVLM_CUDA_EMU build)";
+
+const CublasApi& cublas_api() { cuda_throw(kNoCublas); }
+bool cublas_loadable(std::string* why_not) {
+    if (why_not) *why_not = kNoCublas;
+    return false;
+}
+void cublas_fail(cublasStatus_t, const char* statement, const char*, int) {
+    cuda_throw((std::string("cuBLAS call in the emulated build: ") + statement).c_str());
+}
+
+}  // namespace kvlm
