@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu_ops.h"
+#include "cuda_emu.h"
 #include "random_model.h"
 #include "thread_pool.h"
 
@@ -107,16 +108,20 @@ void check_prefill(DType dtype, int32_t head_dim, Heads heads, int32_t block_siz
                         heads.n_heads, pool);
     cuda_test::prefill_attention(got.data(), q.data(), kv.data(), n_blocks, layout, layer, table.data(), n_table,
                                  positions.data(), n, heads.n_heads);
-    // The existing kernel (f32 q and probabilities) with a typical GPU's split choice.
-    cuda_test::paged_attention(paged.data(), q.data(), kv.data(), n_blocks, layout, layer, table.data(), n_table,
-                               positions.data(), n, heads.n_heads, 132, 1 << 14);
+    // The existing kernel (f32 q and probabilities) with a typical GPU's split choice; emulated, only for small
+    // batches (it costs far more than the prefill kernel there, and has its own tests).
+    const bool cross_check = !cuda_emulated() || n <= 17;
+    if (cross_check)
+        cuda_test::paged_attention(paged.data(), q.data(), kv.data(), n_blocks, layout, layer, table.data(), n_table,
+                                   positions.data(), n, heads.n_heads, 132, 1 << 14);
 
     std::ostringstream what;
     what << dtype_name(dtype) << " head_dim " << head_dim << " heads " << heads.n_heads << "/" << heads.n_kv_heads
          << " block_size " << block_size << " n " << n << " pos0 " << pos0;
     const float tol = tolerance(dtype);
     check_close(got.data(), want.data(), want.size(), tol, tol, "prefill vs cpu: " + what.str());
-    check_close(got.data(), paged.data(), paged.size(), tol, tol, "prefill vs paged kernel: " + what.str());
+    if (cross_check)
+        check_close(got.data(), paged.data(), paged.size(), tol, tol, "prefill vs paged kernel: " + what.str());
 }
 
 }  // namespace
@@ -137,6 +142,9 @@ TEST_CASE("cuda kernels: prefill attention on tensor cores vs the CPU twin and t
         for (int32_t head_dim : {64, 128}) {
             for (int32_t pos0 : kStarts) {
                 for (int i = 0; i < 8; i++) {
+                    // Emulated: 200 and 513 queries (4 and 9 query tiles) in 3 of the 12 groups, which cover
+                    // both dtypes and head_dims.
+                    if (cuda_emulated() && kCounts[i] >= 200 && group % 4 != 0) continue;
                     check_prefill(dtype, head_dim, kHeads[(i + group) % 4], kBlockSizes[(i + 2 * group) % 3],
                                   kCounts[i], pos0, seed += 3, &pool);
                 }

@@ -15,12 +15,48 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "cublas_loader.h"
 #include "cuda_check.h"
+
+// Fiber switches: on x86-64 a minimal switch of the callee-saved registers (glibc's swapcontext makes a
+// sigprocmask system call per switch, which dominated the run time); elsewhere ucontext.
+#if defined(__x86_64__)
+extern "C" void kvlm_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+    .text
+    .globl kvlm_emu_switch
+    .type kvlm_emu_switch, @function
+kvlm_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size kvlm_emu_switch, .-kvlm_emu_switch
+)");
+#define KVLM_EMU_FAST_SWITCH 1
+#else
+#define KVLM_EMU_FAST_SWITCH 0
+#endif
 
 namespace kvlm_emu {
 namespace {
@@ -34,7 +70,11 @@ enum class State { runnable, at_barrier, at_warp_op, done };
 enum class Order { forward, reverse, random };
 
 struct Fiber {
+#if KVLM_EMU_FAST_SWITCH
+    void* sp = nullptr;  // saved stack pointer while suspended
+#else
     ucontext_t ctx;
+#endif
     char* stack = nullptr;  // kStackBytes, lowest page PROT_NONE
     State state = State::done;
     const char* op = nullptr;  // the barrier or collective it waits at
@@ -46,15 +86,19 @@ struct Fiber {
 
 struct Emulator {
     Order order = Order::random;
-    std::mt19937_64 rng;
+    uint64_t rng = 1;  // xorshift64* state: a shuffle per scheduling round must be cheap
     int smem_optin = kDefaultSmemOptin;
     std::map<const void*, int> max_dynamic_smem;  // per kernel, from cudaFuncSetAttribute
     cudaError_t last_error = cudaSuccess;
 
     std::vector<Fiber> fibers;
     std::vector<uint64_t> slots[2];  // [n_threads] values deposited by warp collectives
+#if KVLM_EMU_FAST_SWITCH
+    void* scheduler_sp = nullptr;
+#else
     ucontext_t scheduler;
     ucontext_t fiber_template;
+#endif
     int current = -1;  // running fiber, -1 outside kernels
     const char* kernel_name = nullptr;
     const char* kernel_site = nullptr;
@@ -76,11 +120,13 @@ struct Emulator {
         else if (order_name == "random") order = Order::random;
         else die("KVLM_CUDA_EMU_ORDER=%s: expected forward, reverse or random", o);
         const char* seed = std::getenv("KVLM_CUDA_EMU_SEED");
-        rng.seed(seed ? std::strtoull(seed, nullptr, 10) : 1);
+        rng = (seed ? std::strtoull(seed, nullptr, 10) : 1) * 0x9E3779B97F4A7C15ull | 1;
         if (const char* optin = std::getenv("KVLM_CUDA_EMU_SMEM_OPTIN")) smem_optin = std::atoi(optin);
         if (smem_optin < kDefaultSmem || smem_optin > int(kMaxDynamicSmem))
             die("KVLM_CUDA_EMU_SMEM_OPTIN=%d: expected %d..%zu", smem_optin, kDefaultSmem, kMaxDynamicSmem);
+#if !KVLM_EMU_FAST_SWITCH
         if (getcontext(&fiber_template) != 0) die("getcontext failed");
+#endif
         const size_t page = size_t(sysconf(_SC_PAGESIZE));
         const size_t span = kMaxDynamicSmem + 2 * page;
         arena = static_cast<char*>(mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -89,10 +135,21 @@ struct Emulator {
     }
 };
 
-Emulator& emu() {
-    static Emulator e;
-    return e;
+Emulator g_emulator;
+inline Emulator& emu() { return g_emulator; }
+
+uint64_t next_random() {
+    uint64_t& x = emu().rng;
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+    return x * 0x2545F4914F6CDD1Dull;
 }
+
+template <typename T>
+void shuffle(std::vector<T>& v) {
+    for (size_t i = v.size(); i > 1; i--) std::swap(v[i - 1], v[size_t((next_random() >> 32) * i >> 32)]);
+}
+
+bool same_site(const char* a, const char* b) { return a == b || std::strcmp(a, b) == 0; }
 
 const char* order_name(Order o) { return o == Order::forward ? "forward" : o == Order::reverse ? "reverse" : "random"; }
 
@@ -121,14 +178,11 @@ void on_segv(int, siginfo_t* info, void*) {
         n = std::snprintf(buf, sizeof buf, "kvlm CUDA emulator: invalid memory access at %p%s\n", info->si_addr,
                           where().c_str());
     if (n > 0) (void)!write(2, buf, size_t(std::min<int>(n, sizeof buf - 1)));
-    signal(SIGABRT, SIG_DFL);
-    abort();
+    abort();  // doctest's SIGABRT handler names the test case
 }
 
+// Installed at every launch: doctest installs its own handlers at the start of each test case.
 void install_segv_handler() {
-    static bool installed = false;
-    if (installed) return;
-    installed = true;
     static std::vector<char> alt(1 << 16);
     stack_t ss{};
     ss.ss_sp = alt.data(), ss.ss_size = alt.size();
@@ -140,12 +194,53 @@ void install_segv_handler() {
     sigaction(SIGBUS, &sa, nullptr);
 }
 
+void to_scheduler(Fiber& f) {
+#if KVLM_EMU_FAST_SWITCH
+    kvlm_emu_switch(&f.sp, emu().scheduler_sp);
+#else
+    swapcontext(&f.ctx, &emu().scheduler);
+#endif
+}
+
+void to_fiber(Fiber& f) {
+#if KVLM_EMU_FAST_SWITCH
+    kvlm_emu_switch(&emu().scheduler_sp, f.sp);
+#else
+    swapcontext(&emu().scheduler, &f.ctx);
+#endif
+}
+
 void fiber_entry() {
     Emulator& e = emu();
     e.body(e.closure);
     Fiber& f = e.fibers[size_t(e.current)];
     f.state = State::done;
-    swapcontext(&f.ctx, &e.scheduler);  // never resumed
+    to_scheduler(f);  // never resumed
+}
+
+// Makes f start at fiber_entry on its own stack when next switched to.
+void start_fiber(Fiber& f) {
+#if KVLM_EMU_FAST_SWITCH
+    // kvlm_emu_switch pops: mxcsr + x87 control word (8 bytes), r15, r14, r13, r12, rbx, rbp, then returns.
+    // The entry must see rsp = 8 (mod 16), as right after a call.
+    uint64_t* top = reinterpret_cast<uint64_t*>(f.stack + kStackBytes);
+    uint64_t* sp = top - 9;
+    uint32_t mxcsr = __builtin_ia32_stmxcsr();
+    uint16_t fpu_cw;
+    asm volatile("fnstcw %0" : "=m"(fpu_cw));
+    std::memcpy(sp, &mxcsr, 4);
+    std::memcpy(reinterpret_cast<char*>(sp) + 4, &fpu_cw, 2);
+    for (int i = 1; i <= 6; i++) sp[i] = 0;
+    sp[7] = reinterpret_cast<uint64_t>(&fiber_entry);
+    sp[8] = 0;  // fiber_entry's return address: it never returns
+    f.sp = sp;
+#else
+    f.ctx = emu().fiber_template;
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_entry, 0);
+#endif
 }
 
 void set_current(int t) {
@@ -163,7 +258,7 @@ void wait_at(State state, const char* op, const char* file, int line) {
     Fiber& f = e.fibers[size_t(e.current)];
     f.state = state, f.op = op, f.file = file, f.line = line;
     const int t = e.current;
-    swapcontext(&f.ctx, &e.scheduler);
+    to_scheduler(f);
     set_current(t);
 }
 
@@ -214,8 +309,9 @@ bool release_warps(int n_threads) {
         for (int t = w0; t < w1; t++) {
             const Fiber& f = e.fibers[size_t(t)];
             // __syncwarp may converge from different call sites; a data exchange must be the same one.
-            const bool same = std::strcmp(f.op, first.op) == 0 &&
-                              (std::strcmp(f.op, "__syncwarp") == 0 || (f.line == first.line && std::strcmp(f.file, first.file) == 0));
+            const bool same = (f.op == first.op && f.line == first.line && f.file == first.file) ||
+                              (same_site(f.op, first.op) && (std::strcmp(f.op, "__syncwarp") == 0 ||
+                                                             (f.line == first.line && same_site(f.file, first.file))));
             if (!same) fail_block("lanes of a warp wait at different collectives", w0, w1);
         }
         check_wmma_counts(w0, w1);
@@ -241,11 +337,7 @@ void run_block(int n_threads) {
     for (auto& buf : e.slots) buf.assign(size_t(n_threads), 0);
     for (int t = 0; t < n_threads; t++) {
         Fiber& f = e.fibers[size_t(t)];
-        f.ctx = e.fiber_template;
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = kStackBytes;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, fiber_entry, 0);
+        start_fiber(f);
         f.state = State::runnable, f.op = nullptr, f.parity = 0, f.wmma_ops = 0;
     }
     for (auto& [p, bytes] : e.static_shared) std::memset(p, 0xFF, bytes);
@@ -255,11 +347,11 @@ void run_block(int n_threads) {
     for (;;) {
         for (int t = 0; t < n_threads; t++) order[size_t(t)] = t;
         if (e.order == Order::reverse) std::reverse(order.begin(), order.end());
-        if (e.order == Order::random) std::shuffle(order.begin(), order.end(), e.rng);
+        if (e.order == Order::random) shuffle(order);
         for (int t : order) {
             if (e.fibers[size_t(t)].state != State::runnable) continue;
             set_current(t);
-            swapcontext(&e.scheduler, &e.fibers[size_t(t)].ctx);
+            to_fiber(e.fibers[size_t(t)]);
         }
         e.current = -1;
         if (release_warps(n_threads)) continue;
@@ -274,7 +366,7 @@ void run_block(int n_threads) {
         const Fiber& first = e.fibers[0];
         for (int t = 0; t < n_threads; t++) {
             const Fiber& f = e.fibers[size_t(t)];
-            if (f.line != first.line || std::strcmp(f.file, first.file) != 0)
+            if (f.line != first.line || !same_site(f.file, first.file))
                 fail_block("threads wait at different __syncthreads (divergent barrier)", 0, n_threads);
         }
         for (int w0 = 0; w0 < n_threads; w0 += 32) check_wmma_counts(w0, std::min(w0 + 32, n_threads));
@@ -378,7 +470,7 @@ void run_grid(const char* name, const char* site, const void* kernel, const Laun
     std::vector<uint64_t> blocks(n_blocks);
     for (uint64_t i = 0; i < n_blocks; i++) blocks[i] = i;
     if (e.order == Order::reverse) std::reverse(blocks.begin(), blocks.end());
-    if (e.order == Order::random) std::shuffle(blocks.begin(), blocks.end(), e.rng);
+    if (e.order == Order::random) shuffle(blocks);
     for (uint64_t i : blocks) {
         g_block_idx = {unsigned(i % g.x), unsigned(i / g.x % g.y), unsigned(i / (uint64_t(g.x) * g.y))};
         run_block(int(n_threads));
