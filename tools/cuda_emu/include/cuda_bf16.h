@@ -1,5 +1,5 @@
 // __nv_bfloat16 for the emulated build: bf16 is the top half of an f32; conversions from f32 round to
-// nearest even (as __float2bfloat16_rn and src/dtype.cpp), written independently of src/dtype.cpp.
+// nearest even, as __float2bfloat16_rn and src/dtype.cpp do (checked against it by tools/cuda_emu/test_emu.cpp).
 #pragma once
 #include "cuda_runtime.h"
 
@@ -14,18 +14,9 @@ namespace kvlm_emu {
 inline float bfloat16_bits_to_float(uint16_t h) { return from_bits<float>(uint64_t(h) << 16); }
 inline uint16_t float_to_bfloat16_bits(float f) {
     if (std::isnan(f)) return uint16_t(((to_bits(f) >> 16) & 0x8000u) | 0x7fc0u);
-    const float a = std::fabs(f);
-    if (a == 0.0f || std::isinf(a)) return uint16_t(to_bits(f) >> 16);
-    // Keep 8 significant bits: the sum a + c rounds (RNE) exactly at bf16's last bit, where c = 2^(e+16)
-    // makes the f32 ulp of the sum equal bf16's ulp of a, except below the normal range, handled by
-    // scaling (bf16 subnormals share f32's exponent range, so truncating there is the same rounding).
-    int e;
-    std::frexp(a, &e);  // a in [2^(e-1), 2^e)
-    const double ulp = std::ldexp(1.0, std::max(e - 8, -133));  // bf16 spacing at a (subnormals: 2^-133)
-    const double rounded = std::nearbyint(double(a) / ulp) * ulp;  // exact in double, RNE
-    const uint32_t sign = uint32_t(to_bits(f) >> 16) & 0x8000u;
-    if (rounded >= 3.3961775292304611e38) return uint16_t(sign | 0x7f80u);  // past bf16's largest finite
-    return uint16_t(sign | (uint32_t(to_bits(float(rounded))) >> 16));
+    // Round the low 16 bits away, to nearest even; a carry into the exponent (up to inf) is correct.
+    const uint32_t bits = uint32_t(to_bits(f));
+    return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 }  // namespace kvlm_emu
 

@@ -1,5 +1,5 @@
-// __half for the emulated build: conversions round to nearest even (as the hardware's __float2half_rn and
-// src/dtype.cpp), written independently of src/dtype.cpp so a bug in one does not hide in the other.
+// __half for the emulated build: conversions round to nearest even, as the hardware's __float2half_rn and
+// src/dtype.cpp do (own code, checked against src/dtype.cpp by tools/cuda_emu/test_emu.cpp).
 #pragma once
 #include "cuda_runtime.h"
 
@@ -13,11 +13,9 @@ struct __half2 {
 namespace kvlm_emu {
 inline float half_bits_to_float(uint16_t h) {
     const uint32_t sign = uint32_t(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-    float magnitude;
-    if (exponent == 0) magnitude = std::ldexp(float(mantissa), -24);  // zero or subnormal, exact
-    else if (exponent == 31) magnitude = mantissa ? NAN : INFINITY;
-    else magnitude = std::ldexp(float(mantissa | 0x400u), int(exponent) - 25);
-    return from_bits<float>(to_bits(magnitude) | sign);
+    if (exponent == 0) return from_bits<float>(to_bits(float(mantissa) * 5.9604644775390625e-08f) | sign);  // 2^-24
+    if (exponent == 31) return from_bits<float>(sign | 0x7f800000u | (mantissa << 13));
+    return from_bits<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));  // rebias 15 -> 127
 }
 inline uint16_t float_to_half_bits(float f) {
     const uint32_t bits = uint32_t(to_bits(f)), sign = (bits >> 16) & 0x8000u, abs_bits = bits & 0x7fffffffu;
@@ -26,11 +24,10 @@ inline uint16_t float_to_half_bits(float f) {
     if (a >= 65520.0f) return uint16_t(sign | 0x7c00u);           // rounds past the largest f16 (65504)
     if (a < 6.103515625e-05f)                                       // below 2^-14: subnormal, units of 2^-24
         return uint16_t(sign | uint32_t(std::nearbyint(a * 16777216.0f)));  // exact scaling, RNE (default mode)
-    int e;
-    const float m = std::frexp(a, &e);                               // a = m 2^e, m in [0.5, 1)
-    uint32_t q = uint32_t(std::nearbyint(std::ldexp(m, 11)));        // 11 significant bits, RNE
-    if (q == 2048) q = 1024, e++;                                     // rounded up to the next binade
-    return uint16_t(sign | (uint32_t(e - 1 + 15) << 10) | (q & 0x3ffu));
+    // Normal: rebias the exponent, then round the 23-bit mantissa to 10 bits, to nearest even (a carry
+    // into the exponent is the correct result).
+    const uint32_t rebiased = abs_bits - (112u << 23);
+    return uint16_t(sign | ((rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13));
 }
 }  // namespace kvlm_emu
 
