@@ -76,7 +76,7 @@ EMU_CU       := $(wildcard cuda/*.cu)
 EMU_HOST     := cuda/cuda_test_api.cpp cuda/cuda_test_api_decode.cpp cuda/cuda_test_api_gemv.cpp \
                 cuda/cuda_test_api_prefill.cpp cuda/cuda_check.cpp cuda/matmul.cpp tools/cuda_emu/emu.cpp
 EMU_TESTS    := tests/test_cuda_kernels.cpp tests/test_cuda_decode_kernels.cpp tests/test_cuda_gemv.cpp \
-                tests/test_cuda_prefill_attention.cpp tests/test_main.cpp tests/random_model.cpp \
+                tests/test_cuda_prefill_attention.cpp tests/test_main.cpp tests/random_model.cpp tests/cuda_kernel_checks.cpp \
                 tools/cuda_emu/test_emu.cpp
 EMU_OBJ      := $(EMU_CU:cuda/%.cu=$(EMU_BUILD)/gen/%.o) $(EMU_HOST:%.cpp=$(EMU_BUILD)/%.o) \
                 $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o)

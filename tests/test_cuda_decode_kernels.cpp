@@ -16,6 +16,7 @@
 
 #include "cpu_ops.h"
 #include "cuda_emu.h"
+#include "cuda_kernel_checks.h"
 #include "random_model.h"
 
 #ifdef KVLM_CUDA
@@ -35,30 +36,6 @@ TEST_CASE("cuda kernels: decode-step kernels vs the CPU twins") {
 
 namespace {
 
-bool have_device() {
-    std::string why;
-    if (cuda_test::device_available(&why)) return true;
-    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
-    return false;
-}
-
-// |got - want| <= atol + rtol * |want| everywhere (NaN never passes); reports the first mismatches.
-void check_close(const float* got, const float* want, size_t n, float atol, float rtol, const std::string& what) {
-    size_t bad = 0;
-    std::ostringstream first;
-    double max_err = 0;
-    for (size_t i = 0; i < n; i++) {
-        float err = std::fabs(got[i] - want[i]);
-        if (!(err <= atol + rtol * std::fabs(want[i]))) {
-            if (bad < 5) first << "  [" << i << "] got " << got[i] << " want " << want[i] << "\n";
-            bad++;
-        }
-        if (err == err) max_err = std::max(max_err, double(err));
-    }
-    INFO(what << ": " << bad << " of " << n << " elements off (max abs error " << max_err << ")\n" << first.str());
-    CHECK(bad == 0);
-}
-
 // Bit-for-bit equality of n floats; reports the first differences.
 void check_same(const float* got, const float* want, size_t n, const std::string& what) {
     size_t bad = 0;
@@ -71,13 +48,6 @@ void check_same(const float* got, const float* want, size_t n, const std::string
     }
     INFO(what << ": " << bad << " of " << n << " elements not bit-identical\n" << first.str());
     CHECK(bad == 0);
-}
-
-std::vector<uint8_t> random_typed(size_t n, DType dtype, float lo, float hi, uint64_t seed) {
-    std::vector<float> f = random_floats(n, lo, hi, seed);
-    std::vector<uint8_t> out(n * dtype_size(dtype));
-    convert_from_f32(dtype, f.data(), out.data(), n);
-    return out;
 }
 
 struct Heads { int32_t n_heads, n_kv_heads; };
@@ -138,7 +108,7 @@ const int32_t kMaxContext = 3000;
 }  // namespace
 
 TEST_CASE("cuda kernels: fixed-split paged attention vs paged_attention_cpu") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     const int32_t kSplits[] = {1, 2, 7, 30, 1024};  // 1024 > any context here: most splits empty
     const int32_t layer = 1;
     uint64_t seed = 300;
@@ -185,7 +155,7 @@ TEST_CASE("cuda kernels: fixed-split paged attention vs paged_attention_cpu") {
 }
 
 TEST_CASE("cuda kernels: fixed-split attention with paged_attention_split_count's choice == launch_paged_attention") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     // (n_sms, scratch rows): no scratch (never split); few multiprocessors; a typical GPU; maximal splitting.
     const std::pair<int32_t, int64_t> kChoices[] = {{132, 0}, {8, 1 << 14}, {132, 1 << 14}, {1 << 20, 1 << 20}};
     const int32_t layer = 1;
@@ -234,7 +204,7 @@ TEST_CASE("cuda kernels: fixed-split attention with paged_attention_split_count'
 }
 
 TEST_CASE("cuda kernels: fused rope + kv_write == rope_cpu + kv_write_cpu and launch_rope") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     // Batches of positions: decode steps far apart (huge angles, llama3-scaled), and a prefill chunk
     // crossing several blocks (partial first and last block).
     std::vector<int32_t> chunk(30);

@@ -15,6 +15,7 @@
 
 #include "cpu_ops.h"
 #include "error.h"
+#include "cuda_kernel_checks.h"
 #include "random_model.h"
 
 #ifdef KVLM_CUDA
@@ -33,13 +34,6 @@ TEST_CASE("cuda kernels: gemv parity with the CPU composition") {
 #else
 
 namespace {
-
-bool have_device() {
-    std::string why;
-    if (cuda_test::device_available(&why)) return true;
-    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
-    return false;
-}
 
 constexpr float kEps = 1e-5f;
 const DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
@@ -212,7 +206,7 @@ TEST_CASE("cuda kernels: gemv tolerance rejects a dropped input element") {
 }
 
 TEST_CASE("cuda kernels: gemv single output over shapes, dtypes, norm, bias and accumulate") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     uint64_t seed = 1000;
     for (int32_t n_in : kInSizes) {
         const std::vector<float> x = random_floats(size_t(n_in), -1, 1, seed++);
@@ -232,7 +226,7 @@ TEST_CASE("cuda kernels: gemv single output over shapes, dtypes, norm, bias and 
 }
 
 TEST_CASE("cuda kernels: gemv of 2 and 3 outputs (Q, K, V) in one launch") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     struct Case {
         int32_t n_in;
         std::vector<int32_t> n_outs;
@@ -267,7 +261,7 @@ TEST_CASE("cuda kernels: gemv of 2 and 3 outputs (Q, K, V) in one launch") {
 }
 
 TEST_CASE("cuda kernels: gemv vocab-sized output (4 rows per warp)") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     const int32_t n_in = 576, n_out = 49152;  // SmolLM2-135M's tied LM head
     const std::vector<float> x = random_floats(size_t(n_in), -1, 1, 3000);
     const std::vector<float> nw = random_floats(size_t(n_in), 0.5f, 1.5f, 3001);
@@ -280,7 +274,7 @@ TEST_CASE("cuda kernels: gemv vocab-sized output (4 rows per warp)") {
 }
 
 TEST_CASE("cuda kernels: gemv with weights off 16-byte alignment (scalar path)") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     uint64_t seed = 4000;
     for (int32_t n_in : {64, 576, 4096, 14336}) {  // would take 16-byte loads if aligned
         const std::vector<float> x = random_floats(size_t(n_in), -1, 1, seed++);
@@ -298,7 +292,7 @@ TEST_CASE("cuda kernels: gemv with weights off 16-byte alignment (scalar path)")
 }
 
 TEST_CASE("cuda kernels: gemv swiglu over shapes, dtypes and norm") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     uint64_t seed = 5000;
     struct Shape {
         int32_t n_in, n_ff;
@@ -318,7 +312,7 @@ TEST_CASE("cuda kernels: gemv swiglu over shapes, dtypes and norm") {
 }
 
 TEST_CASE("cuda kernels: gemv bad arguments throw, empty outputs launch nothing") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     const int32_t n_in = 8;
     std::vector<float> x(n_in, 1.0f), w(4 * n_in, 0.5f), out(4 * 4, 0.0f);
     float* outs[4] = {&out[0], &out[4], &out[8], &out[12]};

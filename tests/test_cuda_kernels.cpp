@@ -16,6 +16,7 @@
 
 #include "cpu_ops.h"
 #include "cuda_emu.h"
+#include "cuda_kernel_checks.h"
 #include "random_model.h"
 
 #ifdef KVLM_CUDA
@@ -35,51 +36,12 @@ TEST_CASE("cuda kernels: parity with the CPU twins") {
 
 namespace {
 
-bool have_device() {
-    std::string why;
-    if (cuda_test::device_available(&why)) return true;
-    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
-    return false;
-}
-
-bool have_cublas() {
-    std::string why;
-    if (!have_device()) return false;
-    if (cuda_test::cublas_available(&why)) return true;
-    MESSAGE("SKIPPED: no CUDA device usable for GEMMs (" << why << ")");
-    return false;
-}
-
-// |got - want| <= atol + rtol * |want| everywhere (NaN never passes); reports the first mismatches.
-void check_close(const float* got, const float* want, size_t n, float atol, float rtol, const std::string& what) {
-    size_t bad = 0;
-    std::ostringstream first;
-    double max_err = 0;
-    for (size_t i = 0; i < n; i++) {
-        float err = std::fabs(got[i] - want[i]);
-        if (!(err <= atol + rtol * std::fabs(want[i]))) {
-            if (bad < 5) first << "  [" << i << "] got " << got[i] << " want " << want[i] << "\n";
-            bad++;
-        }
-        if (err == err) max_err = std::max(max_err, double(err));
-    }
-    INFO(what << ": " << bad << " of " << n << " elements off (max abs error " << max_err << ")\n" << first.str());
-    CHECK(bad == 0);
-}
-
-std::vector<uint8_t> random_typed(size_t n, DType dtype, float lo, float hi, uint64_t seed) {
-    std::vector<float> f = random_floats(n, lo, hi, seed);
-    std::vector<uint8_t> out(n * dtype_size(dtype));
-    convert_from_f32(dtype, f.data(), out.data(), n);
-    return out;
-}
-
 const DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
 
 }  // namespace
 
 TEST_CASE("cuda kernels: embed, rmsnorm, swiglu, add, add_bias") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     for (DType dtype : kDTypes) {
         const int32_t n = 7, dim = 67, n_vocab = 50;
         auto table = random_typed(size_t(n_vocab) * dim, dtype, -1, 1, 1);
@@ -117,7 +79,7 @@ TEST_CASE("cuda kernels: embed, rmsnorm, swiglu, add, add_bias") {
 }
 
 TEST_CASE("cuda kernels: rope with and without llama3 scaling") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     for (int32_t head_dim : {64, 128, 96}) {
         for (bool llama3 : {false, true}) {
             RopeScaling scaling;
@@ -137,7 +99,7 @@ TEST_CASE("cuda kernels: rope with and without llama3 scaling") {
 }
 
 TEST_CASE("cuda kernels: kv_write stores the same bytes through the block table") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     for (DType dtype : kDTypes) {
         for (int32_t block_size : {1, 7, 16}) {
             KvLayout layout;
@@ -165,7 +127,7 @@ TEST_CASE("cuda kernels: kv_write stores the same bytes through the block table"
 }
 
 TEST_CASE("cuda kernels: paged attention (decode and prefill, GQA, split and unsplit)") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     struct Heads { int32_t n_heads, n_kv_heads; };
     const Heads kHeads[] = {{4, 4}, {6, 3}, {8, 2}, {8, 1}};
     struct Shape { int32_t n, pos0; };  // n queries at positions pos0 .. pos0 + n - 1
@@ -234,7 +196,7 @@ static void check_typed(const std::vector<uint8_t>& got, DType dtype, const std:
 }
 
 TEST_CASE("cuda kernels: rmsnorm and swiglu straight into a 16-bit GEMM input") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     for (DType dtype : kDTypes) {
         // f32 must equal launch_rmsnorm / launch_swiglu bit for bit; 16-bit outputs are one rounding away
         // (2^-8 relative for bf16, 2^-11 for f16, plus the f32 kernels' own 1e-5).
@@ -262,7 +224,7 @@ TEST_CASE("cuda kernels: rmsnorm and swiglu straight into a 16-bit GEMM input") 
 }
 
 TEST_CASE("cuda kernels: cuBLAS matmul accumulating into its output (the fused residual add)") {
-    if (!have_cublas()) return;
+    if (!have_cuda_cublas()) return;
     for (DType dtype : kDTypes) {
         const int64_t n = 9, n_in = 320, n_out = 130;
         auto x = random_floats(size_t(n * n_in), -1, 1, 40);
@@ -279,7 +241,7 @@ TEST_CASE("cuda kernels: cuBLAS matmul accumulating into its output (the fused r
 }
 
 TEST_CASE("cuda kernels: cuBLAS matmul vs matmul_cpu") {
-    if (!have_cublas()) return;
+    if (!have_cuda_cublas()) return;
     struct Shape { int64_t n, n_in, n_out; };
     for (Shape s : {Shape{1, 64, 100}, Shape{7, 288, 768}, Shape{33, 1000, 513}, Shape{512, 256, 96}}) {
         for (DType dtype : kDTypes) {

@@ -16,6 +16,7 @@
 
 #include "cpu_ops.h"
 #include "cuda_emu.h"
+#include "cuda_kernel_checks.h"
 #include "random_model.h"
 #include "thread_pool.h"
 
@@ -41,37 +42,6 @@ bool prefill_attention_supports(const KvLayout& layout);
 }  // namespace kvlm
 
 namespace {
-
-bool have_device() {
-    std::string why;
-    if (cuda_test::device_available(&why)) return true;
-    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
-    return false;
-}
-
-// |got - want| <= atol + rtol * |want| everywhere (NaN never passes); reports the first mismatches.
-void check_close(const float* got, const float* want, size_t n, float atol, float rtol, const std::string& what) {
-    size_t bad = 0;
-    std::ostringstream first;
-    double max_err = 0;
-    for (size_t i = 0; i < n; i++) {
-        float err = std::fabs(got[i] - want[i]);
-        if (!(err <= atol + rtol * std::fabs(want[i]))) {
-            if (bad < 5) first << "  [" << i << "] got " << got[i] << " want " << want[i] << "\n";
-            bad++;
-        }
-        if (err == err) max_err = std::max(max_err, double(err));
-    }
-    INFO(what << ": " << bad << " of " << n << " elements off (max abs error " << max_err << ")\n" << first.str());
-    CHECK(bad == 0);
-}
-
-std::vector<uint8_t> random_typed(size_t n, DType dtype, float lo, float hi, uint64_t seed) {
-    std::vector<float> f = random_floats(n, lo, hi, seed);
-    std::vector<uint8_t> out(n * dtype_size(dtype));
-    convert_from_f32(dtype, f.data(), out.data(), n);
-    return out;
-}
 
 // The kernel rounds q and the softmax probabilities P to the KV dtype before its MMAs (K and V are exact:
 // they are stored in it); accumulation and the softmax are f32. Outputs are weighted means of V rows with
@@ -127,7 +97,7 @@ void check_prefill(DType dtype, int32_t head_dim, Heads heads, int32_t block_siz
 }  // namespace
 
 TEST_CASE("cuda kernels: prefill attention on tensor cores vs the CPU twin and the paged kernel") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     ThreadPool pool(0);
     const Heads kHeads[] = {{4, 4}, {8, 4}, {8, 2}, {32, 4}};  // GQA 1, 2, 4, 8
     // Around the 64-query tile: one query, partial tiles, exact tiles, one past, many tiles.
@@ -156,7 +126,7 @@ TEST_CASE("cuda kernels: prefill attention on tensor cores vs the CPU twin and t
 }
 
 TEST_CASE("cuda kernels: prefill attention with head_dim 256 and 80") {
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     ThreadPool pool(0);
     // 256: the largest tiles' shared memory (the launcher shrinks the key tile where a device has less);
     // 80: a head_dim that is a multiple of 16 but not of 32 or 64.
@@ -182,7 +152,7 @@ TEST_CASE("cuda kernels: prefill attention supports f16/bf16 KV and head_dim mul
     layout.dtype = DType::f32, layout.head_dim = 128;
     CHECK_FALSE(prefill_attention_supports(layout));
 
-    if (!have_device()) return;
+    if (!have_cuda_device()) return;
     // The launcher rejects what it does not support, and bad shapes, before launching anything.
     auto run = [](const KvLayout& l, int32_t n, int32_t n_heads) {
         const int32_t n_blocks = 2;
