@@ -176,7 +176,8 @@ Value string_method(const std::string& s, const std::string& name) {
             const Value* items = a.get(0, "iterable");
             std::string out;
             bool first = true;
-            for (const Value& v : items ? iterate(*items) : ValueList{}) {
+            ValueList storage;
+            for (const Value& v : items ? items_of(*items, storage) : storage) {
                 if (!v.is_string()) fail("join: sequence item must be a string, found " + type_name(v));
                 charge_work(s.size() + v.s.size());
                 out += (first ? "" : s) + v.s;
@@ -229,7 +230,8 @@ Value select_items(const Value& seq, const CallArgs& args, bool keep, bool by_at
     if (test && !test->is_string()) fail("select: test name must be a string");
     CallArgs test_args = drop_args(args, skip + 1);
     test_args.keyword.clear();
-    for (const Value& item : iterate(seq)) {
+    ValueList storage;
+    for (const Value& item : items_of(seq, storage)) {
         Value subject = by_attr ? get_attr(item, attr) : item;
         bool hit = test ? apply_test(test->s, subject, test_args) : truthy(subject);
         if (hit == keep) out.push_back(item);
@@ -238,12 +240,10 @@ Value select_items(const Value& seq, const CallArgs& args, bool keep, bool by_at
 }
 
 Value sequence_end(const Value& v, bool first) {
-    if (v.is_string()) {
-        ValueList chars = iterate(v);
-        return chars.empty() ? Value::undefined("first/last item of empty string") : (first ? chars.front() : chars.back());
-    }
-    ValueList items = iterate(v);
-    if (items.empty()) return Value::undefined(first ? "first item" : "last item");
+    ValueList storage;
+    const ValueList& items = items_of(v, storage);
+    if (items.empty())
+        return Value::undefined(v.is_string() ? "first/last item of empty string" : first ? "first item" : "last item");
     return first ? items.front() : items.back();
 }
 
@@ -287,8 +287,8 @@ Value get_item(const Value& obj, const Value& key) {
         case Value::Kind::string: {
             if (key.is_string()) return get_attr(obj, key.s);
             if (key.kind != Value::Kind::integer) return Value::undefined();
-            ValueList items = obj.is_list() ? ValueList() : iterate(obj);
-            const ValueList& seq = obj.is_list() ? *obj.list : items;
+            ValueList storage;
+            const ValueList& seq = items_of(obj, storage);
             int64_t n = int64_t(seq.size());
             int64_t k = key.i < 0 ? key.i + n : key.i;
             if (k < 0 || k >= n) return Value::undefined("index " + std::to_string(key.i));
@@ -306,7 +306,8 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
         if (v.kind != Value::Kind::integer) fail(fmt::format("slice {} must be an integer", what));
         return &v;
     };
-    ValueList seq = iterate(obj);
+    ValueList storage;
+    const ValueList& seq = items_of(obj, storage);
     int64_t n = int64_t(seq.size());
     const Value* st = as_index(step, "step");
     int64_t s = st ? st->i : 1;
@@ -366,7 +367,8 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& args) {
     if (name == "in") {
         const Value& seq = other();
         if (seq.is_string()) return v.is_string() && find_text(seq.s, v.s) != std::string::npos;
-        for (const Value& item : iterate(seq))
+        ValueList storage;
+        for (const Value& item : items_of(seq, storage))
             if (equals(item, v)) return true;
         return false;
     }
@@ -390,7 +392,8 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
     if (name == "length" || name == "count") {
         if (v.is_string()) return Value::integer(utf8_length(v.s));
         if (v.kind == K::ns) fail("object of type namespace has no len()");
-        return Value::integer(int64_t(iterate(v).size()));
+        ValueList storage;
+        return Value::integer(int64_t(items_of(v, storage).size()));
     }
     if (name == "tojson") {
         const Value* indent = args.get(0, "indent");
@@ -421,7 +424,8 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
         std::string attr = arg_str(args, 1, "attribute", "");
         std::string out;
         bool first = true;
-        for (const Value& item : iterate(v)) {
+        ValueList storage;
+        for (const Value& item : items_of(v, storage)) {
             charge_work(sep.size());
             out += (first ? "" : sep) + to_str(attr.empty() ? item : get_attr(item, attr));
             first = false;
@@ -433,8 +437,8 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
     if (name == "map") {
         std::string attr = arg_str(args, 99, "attribute", "");
         const Value* def = args.get(99, "default");
-        ValueList out;
-        for (const Value& item : iterate(v)) {
+        ValueList out, storage;
+        for (const Value& item : items_of(v, storage)) {
             if (!attr.empty()) {
                 Value got = get_attr(item, attr);
                 out.push_back(got.is_undefined() && def ? *def : got);
@@ -446,8 +450,8 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
         return Value::make_list(std::move(out));
     }
     if (name == "unique") {
-        ValueList out;
-        for (const Value& item : iterate(v))
+        ValueList out, storage;
+        for (const Value& item : items_of(v, storage))
             if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return equals(o, item); })) out.push_back(item);
         return Value::make_list(std::move(out));
     }

@@ -122,12 +122,8 @@ bool contains(const Value& container, const Value& item) {
     }
     if (container.is_dict() || container.kind == Value::Kind::ns)
         return item.is_string() && container.dict->find(item.s) != nullptr;
-    if (container.is_list()) {  // lists are immutable: no copy needed
-        for (const Value& v : *container.list)
-            if (equals(v, item)) return true;
-        return false;
-    }
-    for (const Value& v : iterate(container))
+    ValueList storage;
+    for (const Value& v : items_of(container, storage))
         if (equals(v, item)) return true;
     return false;
 }
@@ -259,11 +255,11 @@ private:
 
     Flow exec_for(const Node& node) {
         Value seq = eval(*node.expr);
-        ValueList copied = seq.is_list() ? ValueList() : iterate(seq);
-        const ValueList* all = seq.is_list() ? seq.list.get() : &copied;
-        if (!node.filter) return exec_loop(node, *all);
+        ValueList storage;
+        const ValueList& all = items_of(seq, storage);
+        if (!node.filter) return exec_loop(node, all);
         ValueList kept;
-        for (const Value& item : *all) {
+        for (const Value& item : all) {
             scopes_.push_back(std::make_shared<ValueDict>());
             assign(node.targets, item, *scopes_.back());
             bool keep = truthy(eval(*node.filter));

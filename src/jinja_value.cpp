@@ -460,6 +460,12 @@ ValueList iterate(const Value& v) {
     }
 }
 
+const ValueList& items_of(const Value& v, ValueList& storage) {
+    if (v.is_list()) return *v.list;
+    storage = iterate(v);
+    return storage;
+}
+
 size_t find_text(const std::string& text, const std::string& sub, size_t pos) {
     if (sub.empty()) return pos <= text.size() ? pos : std::string::npos;
     // Like std::string::find: compare `sub` wherever its first byte occurs; each comparison is charged in

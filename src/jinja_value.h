@@ -113,6 +113,10 @@ std::string to_json(const Value& v, int indent, bool sort_keys = false);
 Value from_json(const std::string& text);
 // Items of a list, characters of a string, keys of a dict; empty for undefined; throws otherwise.
 ValueList iterate(const Value& v);
+// The same items without copying a list (lists are immutable): the list itself, or iterate(v) kept in
+// `storage`. For what runs once per loop iteration (len, first, last, slices), where a copy makes the render
+// quadratic in the number of messages.
+const ValueList& items_of(const Value& v, ValueList& storage);
 // std::string::find(sub, pos) with its work charged, so pathological searches stop at the budget.
 size_t find_text(const std::string& text, const std::string& sub, size_t pos = 0);
 

@@ -319,6 +319,28 @@ TEST_CASE("chat template: the limits are far above long real conversations") {
     CHECK(out.size() > 400 * text.size());
 }
 
+TEST_CASE("chat template: len, first, last and slices of messages inside the loop keep the work linear") {
+    // What Qwen3-style templates do once per message. Each of these used to copy the whole list, so 3000
+    // messages cost ~10^10 bytes of copies and stopped at the work limit; the meter makes this deterministic.
+    ChatTemplate t = ChatTemplate::parse(R"({%- set ns = namespace(last_user=-1) %}
+{%- for message in messages[::-1] %}
+    {%- if ns.last_user < 0 and message.role == 'user' %}{% set ns.last_user = messages|length - 1 - loop.index0 %}{% endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {{- loop.index0 }}/{{ messages|length }}:{{ (messages|first).role }},{{ (messages|last).role }},
+    {{- messages[loop.index0:loop.index0 + 2]|length }}{{ '*' if loop.index0 == ns.last_user }}{{ '\n' }}
+{%- endfor %})");
+    const int n = 3000;
+    std::vector<ChatMessage> messages;
+    std::string want;
+    for (int k = 0; k < n; ++k) {
+        messages.push_back({k % 2 ? "assistant" : "user", "hi"});
+        want += std::to_string(k) + "/" + std::to_string(n) + ":user,assistant," + (k + 1 < n ? "2" : "1") +
+                (k == n - 2 ? "*" : "") + "\n";
+    }
+    CHECK(t.render(messages, false, "", "") == want);
+}
+
 TEST_CASE("chat template: random and mutated input gives errors, never crashes or hangs") {
     const char* fragments[] = {"{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", " if ", " for ", " in ", " else ",
                                " endif ", " endfor ", " set ", "=", "x", "messages", "(", ")", "[", "]", "{", "}",
