@@ -1,7 +1,7 @@
 // Session store directory management: block files, manifests, locks, listing, verify and gc.
 // Locks: locks/<NAME>.lock (exclusive, non-blocking) serializes writers of one session for a whole run;
-// store.lock is held shared while reading or saving and exclusive while deleting (rm, gc, quota), so a
-// deletion never races a save that is about to reference an existing block.
+// store.lock is held shared while reading or writing blocks/ and sessions/ and exclusive while deleting
+// (rm, gc, quota), so a deletion never races a save that is about to reference an existing block.
 #include "session_store.h"
 
 #include <sys/stat.h>
@@ -27,6 +27,11 @@ namespace {
 
 constexpr const char* kManifestSuffix = ".manifest";
 constexpr const char* kBlockSuffix = ".kvb";
+// `kvlm chat` writes chats/ under its session lock only, never the store lock (src/cli_chat.cpp), so gc
+// cannot tell a live temporary file there from a killed writer's by locking; it takes the file's age
+// instead. A live write of a small file (write, fsync, rename) takes far less than this, and a writer
+// stalled for longer only fails its save, with the previous state intact (its rename finds no file).
+constexpr int64_t kStaleChatTempSeconds = 3600;
 
 std::string store_lock_path(const std::string& dir) { return dir + "/store.lock"; }
 
@@ -39,6 +44,30 @@ uint64_t file_size_or_zero(const std::string& path) {
 bool path_exists(const std::string& path) {
     struct stat st;
     return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_temp_file_name(const std::string& name) { return name.rfind(kTempFilePrefix, 0) == 0; }
+
+std::string file_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+// The regular files directly in `dir` (none if it is missing or cannot be listed).
+std::vector<std::string> files_in(const std::string& dir) {
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+        if (it->is_regular_file(ec)) files.push_back(it->path().string());
+    return files;
+}
+
+uint64_t bytes_of_files_in(const std::string& dir) {
+    uint64_t total = 0;
+    for (const std::string& f : files_in(dir)) total += file_size_or_zero(f);
+    return total;
+}
+
+bool modified_before(const std::string& path, int64_t seconds_ago) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 && int64_t(st.st_mtime) <= int64_t(std::time(nullptr)) - seconds_ago;
 }
 
 struct BlockFile {
@@ -57,7 +86,7 @@ std::vector<BlockFile> scan_blocks(const std::string& dir, std::vector<std::stri
          it.increment(ec)) {
         if (!it->is_regular_file(ec)) continue;
         std::string name = it->path().filename().string();
-        if (name.rfind(kTempFilePrefix, 0) == 0) {
+        if (is_temp_file_name(name)) {
             if (temp_files) temp_files->push_back(it->path().string());
             continue;
         }
@@ -70,6 +99,41 @@ std::vector<BlockFile> scan_blocks(const std::string& dir, std::vector<std::stri
         files.push_back(f);
     }
     return files;
+}
+
+// Temporary files in sessions/ and chats/ that no live writer can still be writing (blocks/ ones come
+// from scan_blocks). Call with the store lock held exclusively.
+std::vector<std::string> stale_temp_files(const std::string& dir) {
+    std::vector<std::string> stale;
+    // sessions/ is written only under the store lock (save, write_manifest), so its temporary files are stale.
+    for (const std::string& f : files_in(dir + "/sessions"))
+        if (is_temp_file_name(file_name(f))) stale.push_back(f);
+    for (const std::string& f : files_in(dir + "/chats"))
+        if (is_temp_file_name(file_name(f)) && modified_before(f, kStaleChatTempSeconds)) stale.push_back(f);
+    return stale;
+}
+
+std::vector<std::string> shard_dirs(const std::string& dir) {
+    std::vector<std::string> dirs;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(dir + "/blocks", ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+        if (it->is_directory(ec)) dirs.push_back(it->path().string());
+    return dirs;
+}
+
+// Removes those of `dirs` that are empty (rmdir refuses the others) and returns how many. Only with the
+// store lock held exclusively: a save creates its shard directory just before writing into it.
+int32_t remove_empty_directories(std::vector<std::string> dirs) {
+    std::sort(dirs.begin(), dirs.end());
+    dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+    int32_t n_removed = 0;
+    for (const std::string& d : dirs) n_removed += ::rmdir(d.c_str()) == 0;
+    return n_removed;
+}
+
+void write_manifest_file(const std::string& path, const std::string& name, const SessionManifest& manifest) {
+    std::vector<uint8_t> bytes = encode_manifest(manifest);
+    write_file_atomic(path, bytes.data(), bytes.size(), fmt::format("session '{}': manifest", name));
 }
 
 }  // namespace
@@ -231,13 +295,15 @@ int32_t SessionStore::save(const std::string& name, SessionManifest& manifest, c
     std::sort(dirs_to_sync.begin(), dirs_to_sync.end());
     dirs_to_sync.erase(std::unique(dirs_to_sync.begin(), dirs_to_sync.end()), dirs_to_sync.end());
     for (const std::string& d : dirs_to_sync) fsync_directory(d);
-    write_manifest(name, manifest);
+    write_manifest_file(manifest_path(name), name, manifest);
     return n_written;
 }
 
 void SessionStore::write_manifest(const std::string& name, const SessionManifest& manifest) {
-    std::vector<uint8_t> bytes = encode_manifest(manifest);
-    write_file_atomic(manifest_path(name), bytes.data(), bytes.size(), fmt::format("session '{}': manifest", name));
+    // Shared, like save(): gc, holding it exclusively, knows every temporary file in sessions/ is a leftover.
+    FileLock store_lock;
+    store_lock.lock(store_lock_path(dir_), FileLock::Mode::shared);
+    write_manifest_file(manifest_path(name), name, manifest);
 }
 
 std::vector<SessionInfo> SessionStore::list() const {
@@ -247,7 +313,8 @@ std::vector<SessionInfo> SessionStore::list() const {
     for (const std::string& name : session_names()) {
         SessionInfo info;
         info.name = name;
-        info.bytes = file_size_or_zero(manifest_path(name));
+        info.bytes = file_size_or_zero(manifest_path(name)) + file_size_or_zero(chat_path(name)) +
+                     file_size_or_zero(chat_path(name) + ".new");
         try {
             info.manifest = load_manifest(name);
             info.readable = true;
@@ -353,9 +420,10 @@ VerifyReport SessionStore::verify(const std::string& name) const {
 }
 
 uint64_t SessionStore::total_bytes() const {
-    uint64_t total = 0;
-    for (const BlockFile& f : scan_blocks(dir_, nullptr)) total += f.bytes;
-    for (const std::string& n : session_names()) total += file_size_or_zero(manifest_path(n));
+    std::vector<std::string> temp_files;
+    uint64_t total = bytes_of_files_in(dir_ + "/sessions") + bytes_of_files_in(dir_ + "/chats");
+    for (const BlockFile& f : scan_blocks(dir_, &temp_files)) total += f.bytes;
+    for (const std::string& t : temp_files) total += file_size_or_zero(t);
     return total;
 }
 
@@ -373,9 +441,7 @@ GcReport SessionStore::collect(const std::vector<BlockHash>* candidates, uint64_
         bool pinned = false;
     };
     std::unordered_map<BlockHash, Use, BlockHashHasher> uses;
-    uint64_t manifest_bytes = 0;
     for (const std::string& n : session_names()) {
-        manifest_bytes += file_size_or_zero(manifest_path(n));
         SessionManifest m;
         try {
             m = load_manifest(n);
@@ -394,22 +460,35 @@ GcReport SessionStore::collect(const std::vector<BlockHash>* candidates, uint64_
     }
 
     std::vector<std::string> temp_files;
-    std::vector<BlockFile> files = scan_blocks(dir_, candidates ? nullptr : &temp_files);
+    std::vector<BlockFile> files = scan_blocks(dir_, &temp_files);
     auto drop = [&](const std::string& path, uint64_t bytes) {
         if (::unlink(path.c_str()) == 0) report.bytes_freed += bytes;
     };
-    // No save is in progress (we hold the store lock exclusively), so every temporary file is a leftover.
-    for (const std::string& t : temp_files) {
-        drop(t, file_size_or_zero(t));
-        report.n_removed++;
+    std::vector<std::string> touched_dirs;  // shard directories that lost a block file
+    auto drop_block = [&](const BlockFile& f) {
+        drop(f.path, f.bytes);
+        touched_dirs.push_back(f.path.substr(0, f.path.rfind('/')));
+    };
+    // `total` is what stays: the same sum as total_bytes(), which `session ls` reports.
+    uint64_t total = 0;
+    if (candidates) {
+        for (const std::string& t : temp_files) total += file_size_or_zero(t);  // left for a full gc
+    } else {
+        // No save is in progress (we hold the store lock exclusively), so every temporary file in blocks/
+        // is a leftover; stale_temp_files() adds the ones of sessions/ and chats/.
+        for (const std::string& t : stale_temp_files(dir_)) temp_files.push_back(t);
+        for (const std::string& t : temp_files) {
+            drop(t, file_size_or_zero(t));
+            report.n_removed++;
+        }
     }
+    total += bytes_of_files_in(dir_ + "/sessions") + bytes_of_files_in(dir_ + "/chats");
     std::unordered_set<BlockHash, BlockHashHasher> wanted;
     if (candidates) wanted.insert(candidates->begin(), candidates->end());
     std::vector<BlockFile> kept;
-    uint64_t total = manifest_bytes;
     for (const BlockFile& f : files) {
         if (!uses.count(f.hash) && (!candidates || wanted.count(f.hash))) {
-            drop(f.path, f.bytes);
+            drop_block(f);
             report.n_removed++;
         } else {
             kept.push_back(f);
@@ -427,11 +506,15 @@ GcReport SessionStore::collect(const std::vector<BlockHash>* candidates, uint64_
         });
         for (const BlockFile& f : order) {
             if (total <= quota) break;
-            drop(f.path, f.bytes);
+            drop_block(f);
             total -= f.bytes;
             report.n_evicted++;
         }
     }
+    // A full gc also clears shard directories emptied earlier (by an older kvlm, or of their temporary
+    // files just now). Lock files stay: deleting one another process has open breaks its exclusion.
+    if (!candidates) touched_dirs = shard_dirs(dir_);
+    report.n_dirs_removed = remove_empty_directories(touched_dirs);
     report.bytes_after = total;
     return report;
 }

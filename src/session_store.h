@@ -23,7 +23,8 @@ struct SessionInfo {
     bool readable = false;      // manifest decoded; otherwise `problem` says why
     std::string problem;
     SessionManifest manifest;
-    uint64_t bytes = 0;         // manifest + the block files it names that exist (shared ones counted fully)
+    uint64_t bytes = 0;         // manifest, chat messages and the block files it names that exist (shared
+                                // ones counted fully)
     int32_t n_blocks_present = 0;
 };
 
@@ -42,8 +43,9 @@ struct RemoveReport {
 struct GcReport {
     int32_t n_removed = 0;         // unreferenced blocks and stale temporary files
     int32_t n_evicted = 0;         // referenced blocks dropped to meet the quota
+    int32_t n_dirs_removed = 0;    // block shard directories (blocks/ab/) left empty
     uint64_t bytes_freed = 0;
-    uint64_t bytes_after = 0;      // store size afterwards
+    uint64_t bytes_after = 0;      // store size afterwards, as total_bytes() counts it
 };
 
 class SessionStore {
@@ -86,7 +88,7 @@ public:
     using PayloadFn = std::function<void(size_t block_index, std::vector<uint8_t>& payload)>;
     int32_t save(const std::string& name, SessionManifest& manifest, const BlockHash& kv_namespace, size_t payload_size,
               const PayloadFn& read_payload, const std::unordered_set<BlockHash, BlockHashHasher>& rewrite = {});
-    // Rewrites only the manifest (pin/unpin, last-used time).
+    // Rewrites only the manifest (pin/unpin, last-used time). Holds the store lock shared.
     void write_manifest(const std::string& name, const SessionManifest& manifest);
 
     std::vector<SessionInfo> list() const;
@@ -97,10 +99,14 @@ public:
     RemoveReport remove(const std::string& name);
     // Full check of one session (name non-empty) or all of them.
     VerifyReport verify(const std::string& name) const;
-    // Deletes unreferenced blocks in `candidates` (all unreferenced blocks and stale temporary files when
-    // candidates is null), then, if quota > 0 and the store is larger, evicts least recently used blocks
-    // not referenced by pinned sessions (the tail of a session first) until it fits.
+    // Deletes unreferenced blocks in `candidates` (when candidates is null: all unreferenced blocks, and the
+    // temporary files of killed writers - all in blocks/ and sessions/, those in chats/ once an hour old),
+    // then, if quota > 0 and the store is larger, evicts least recently used blocks not referenced by
+    // pinned sessions (the tail of a session first) until it fits. Shard directories it leaves empty are
+    // removed (all empty ones when candidates is null). Lock files are never deleted.
     GcReport collect(const std::vector<BlockHash>* candidates, uint64_t quota);
+    // Bytes of every file in sessions/, blocks/ and chats/: manifests, block files, chat messages and
+    // leftover temporary files. Lock files (empty) are not counted. The quota applies to this sum.
     uint64_t total_bytes() const;
 
 private:

@@ -1,14 +1,16 @@
 // `kvlm run --session` and `kvlm session ...` through the real binary on stories260K: resume across
 // processes with bit-identical logits, fault injection (damaged/missing files, other model, other block
-// size, future format), kill -9 during save, the second-writer lock, verify/gc, unwritable directories.
+// size, future format), kill -9 during save, the second-writer lock, verify/gc/ls, unwritable directories.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <random>
 #include <regex>
@@ -52,6 +54,22 @@ int count(const std::string& err, const std::string& what) {
 void make_two_turns(const std::string& dir) {
     REQUIRE(run_turn(dir, "s", "Once upon a time").exit_code == 0);
     REQUIRE(run_turn(dir, "s", " Lily saw a big red ball.").exit_code == 0);
+}
+
+// Bytes of every file in the store that `session ls` totals (sessions/, blocks/, chats/).
+uint64_t store_file_bytes(const std::string& dir) {
+    uint64_t total = 0;
+    for (const char* sub : {"/sessions", "/blocks", "/chats"})
+        for (const auto& e : std::filesystem::recursive_directory_iterator(dir + sub))
+            if (e.is_regular_file()) total += e.file_size();
+    return total;
+}
+
+std::vector<std::string> empty_dirs_in(const std::string& dir) {
+    std::vector<std::string> empty;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+        if (e.is_directory() && std::filesystem::is_empty(e.path())) empty.push_back(e.path().string());
+    return empty;
 }
 
 void check_refused(const CliResult& r, const std::string& needle) {
@@ -217,6 +235,54 @@ TEST_CASE("session cli: verify reports damage, gc removes what no manifest names
     CHECK(rm.exit_code == 0);
     CHECK(store.total_bytes() == 0);
     CHECK(run_kvlm({"session", "rm", "s", "--session-dir", dir.path()}).exit_code != 0);
+}
+
+TEST_CASE("session cli: ls counts chat messages; rm/gc leave no empty shard dirs or stale temp files; locks stay") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    namespace fs = std::filesystem;
+    TempDir dir;
+    CliResult chat = run_kvlm({"chat", "-m", stories(), "--chat-template", "chatml", "--temp", "0", "-t", "1", "-n",
+                               "10", "-c", "512", "--session", "c", "--session-dir", dir.path()},
+                              "Once upon a time\n");
+    REQUIRE_MESSAGE(chat.exit_code == 0, chat.err);
+    REQUIRE(run_turn(dir.path(), "r", "Once upon a time").exit_code == 0);
+    // Stands in for what a chat save stopped before its last rename leaves; large enough to show in the total.
+    write_file(dir.file("chats/c.chat.new"), std::string(64 << 10, 'x'));
+    auto ls_total = [&] {
+        CliResult ls = run_kvlm({"session", "ls", "--session-dir", dir.path()});
+        REQUIRE_MESSAGE(ls.exit_code == 0, ls.err);
+        std::smatch m;
+        REQUIRE_MESSAGE(std::regex_search(ls.out, m, std::regex("\ntotal ([0-9.]+ KiB) in ")), ls.out);
+        return m[1].str();
+    };
+    CHECK(ls_total() == fmt::format("{:.1f} KiB", store_file_bytes(dir.path()) / 1024.0));
+
+    CliResult rm = run_kvlm({"session", "rm", "r", "--session-dir", dir.path()});
+    REQUIRE_MESSAGE(rm.exit_code == 0, rm.err);
+    CHECK(empty_dirs_in(dir.file("blocks")).empty());
+
+    // Leftovers of killed writers; the fresh chats/ temporary file may belong to a live `kvlm chat` save.
+    fs::create_directories(dir.file("blocks/00/"));
+    write_file(dir.file("blocks/00/.tmp-1-dead"), "partial block");
+    write_file(dir.file("sessions/.tmp-1-dead"), "partial manifest");
+    write_file(dir.file("chats/.tmp-1-dead"), "partial messages");
+    const time_t two_hours_ago = std::time(nullptr) - 2 * 3600;
+    struct timespec old_times[2] = {{two_hours_ago, 0}, {two_hours_ago, 0}};
+    REQUIRE(::utimensat(AT_FDCWD, dir.file("chats/.tmp-1-dead").c_str(), old_times, 0) == 0);
+    write_file(dir.file("chats/.tmp-2-live"), "being written");
+    CliResult gc = run_kvlm({"session", "gc", "--session-dir", dir.path()});
+    REQUIRE_MESSAGE(gc.exit_code == 0, gc.err);
+    CHECK_MESSAGE(gc.out.find("removed 3 unreferenced file(s)") != std::string::npos, gc.out);
+    CHECK(gc.err.empty());
+    CHECK(empty_dirs_in(dir.file("blocks")).empty());
+    CHECK(!fs::exists(dir.file("sessions/.tmp-1-dead")));
+    CHECK(!fs::exists(dir.file("chats/.tmp-1-dead")));
+    CHECK(fs::exists(dir.file("chats/.tmp-2-live")));
+    CHECK(fs::exists(dir.file("chats/c.chat.new")));  // not a temporary file: a load may need it
+    CHECK(fs::exists(dir.file("locks/c.lock")));       // lock files stay (see SessionStore::remove)
+    CHECK(fs::exists(dir.file("locks/r.lock")));
+    CHECK(ls_total() == fmt::format("{:.1f} KiB", store_file_bytes(dir.path()) / 1024.0));
+    CHECK(SessionStore(dir.path()).verify("").problems.empty());
 }
 
 TEST_CASE("session cli: a second writer gets a lock error; bad directories and options are clear errors") {

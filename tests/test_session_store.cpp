@@ -1,12 +1,14 @@
 // Session store in-process: manifest/block encodings (round trip, truncation, bit flips, future
 // versions), identity checks, resume equivalence (3 turns in one engine == 3 turns each restored from
 // disk into a fresh engine, same tokens and bit-identical logits), prefill counts after a restore,
-// dedup of shared prefixes, rm/gc/quota.
+// dedup of shared prefixes, rm/gc/quota, what gc cleans up and what the sizes count.
 #include <doctest/doctest.h>
-
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
 
+#include <ctime>
 #include <filesystem>
 
 #include "cli.h"
@@ -65,6 +67,22 @@ EngineOptions quiet_engine(int32_t block_size = 16) {
 }
 
 const std::vector<std::string> kTurns = {"Once upon a time", " Lily saw a big red ball.", " Then"};
+
+// Session "a" of sample_manifest() with made-up block contents.
+SessionManifest save_sample(SessionStore& store) {
+    SessionManifest m = sample_manifest();
+    BlockHash ns = kv_namespace_hash(m.identity.model_fingerprint, DType::f32, 4);
+    store.save("a", m, ns, 512, [](size_t i, std::vector<uint8_t>& p) { std::fill(p.begin(), p.end(), uint8_t(i)); });
+    return m;
+}
+
+// Moves a file's modification time `seconds` into the past, as a killed writer's leftover would have it.
+void age_file(const std::string& path, int64_t seconds) {
+    struct timespec times[2] = {{std::time(nullptr) - seconds, 0}, {std::time(nullptr) - seconds, 0}};
+    REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+}
+
+std::string parent_dir(const std::string& path) { return std::filesystem::path(path).parent_path().string(); }
 
 }  // namespace
 
@@ -309,4 +327,66 @@ TEST_CASE("session: two sessions with the same system prompt share its blocks; r
     GenerationResult g = turn("c", " The end.");
     CHECK(g.n_restored == 0);
     CHECK(store.verify("c").problems.empty());
+}
+
+TEST_CASE("session store: rm and gc remove emptied shard directories and stale temporary files, not lock files") {
+    namespace fs = std::filesystem;
+    TempDir dir;
+    SessionStore store(dir.path());
+    SessionManifest m = save_sample(store);
+    { FileLock done = store.lock_session("a"); }  // leaves locks/a.lock, as every run does
+    const std::string shard0 = parent_dir(store.block_path(m.blocks[0].hash));
+    const std::string shard1 = parent_dir(store.block_path(m.blocks[1].hash));
+    const std::string old_shard = dir.file("blocks/00");  // emptied by an older kvlm
+    REQUIRE(shard0 != shard1);
+    REQUIRE(old_shard != shard1);
+    write_file(shard1 + "/.tmp-1-dead", "partial block");  // a killed save's leftover
+
+    // rm: the shard directory that held only a's block goes; the one with a leftover file stays for gc.
+    CHECK(store.remove("a").n_blocks_removed == 2);
+    CHECK(!fs::exists(shard0));
+    CHECK(fs::exists(shard1));
+
+    fs::create_directories(old_shard);
+    fs::create_directories(dir.file("chats"));
+    write_file(dir.file("sessions/.tmp-1-dead"), "partial manifest");
+    write_file(dir.file("chats/.tmp-1-dead"), "partial messages");
+    age_file(dir.file("chats/.tmp-1-dead"), 2 * 3600);
+    write_file(dir.file("chats/.tmp-2-live"), "being written");  // a `kvlm chat` save may be about to rename it
+    age_file(dir.file("chats/.tmp-2-live"), 30 * 60);
+    GcReport gc = store.collect(nullptr, 0);
+    CHECK(gc.n_removed == 3);
+    CHECK(gc.n_dirs_removed == 2);
+    CHECK(!fs::exists(shard1));
+    CHECK(!fs::exists(old_shard));
+    CHECK(fs::is_directory(dir.file("blocks")));
+    CHECK(!fs::exists(dir.file("sessions/.tmp-1-dead")));
+    CHECK(!fs::exists(dir.file("chats/.tmp-1-dead")));
+    CHECK(fs::exists(dir.file("chats/.tmp-2-live")));
+    CHECK(fs::exists(dir.file("locks/a.lock")));  // see SessionStore::remove
+    CHECK(gc.bytes_after == std::string("being written").size());
+    CHECK(store.total_bytes() == gc.bytes_after);
+}
+
+TEST_CASE("session store: sizes count a chat session's messages, total_bytes every file but the locks") {
+    namespace fs = std::filesystem;
+    TempDir dir;
+    SessionStore store(dir.path());
+    SessionManifest m = save_sample(store);
+    { FileLock done = store.lock_session("a"); }
+    uint64_t own = fs::file_size(store.manifest_path("a"));
+    for (const SessionBlockRef& b : m.blocks) own += fs::file_size(store.block_path(b.hash));
+    fs::create_directories(dir.file("chats"));
+    write_file(store.chat_path("a"), std::string(1000, 'm'));
+    write_file(store.chat_path("a") + ".new", std::string(500, 'n'));  // a save stopped before its last rename
+    std::vector<SessionInfo> sessions = store.list();
+    REQUIRE(sessions.size() == 1);
+    CHECK(sessions[0].bytes == own + 1500);
+    CHECK(store.total_bytes() == own + 1500);
+    // Files no session lists count too: chat messages without a manifest, leftover temporary files.
+    write_file(dir.file("chats/old.chat"), std::string(100, 'o'));
+    write_file(dir.file("sessions/.tmp-1-dead"), std::string(10, 't'));
+    CHECK(store.total_bytes() == own + 1610);
+    CHECK(store.collect(nullptr, 0).bytes_after == own + 1600);
+    CHECK(store.total_bytes() == own + 1600);
 }
