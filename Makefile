@@ -65,38 +65,43 @@ $(BUILD)/%.o: %.cu
 test: $(BIN) $(TEST_BIN)
 	KVLM_BIN=$(abspath $(BIN)) $(TEST_BIN) $(TEST_ARGS)
 
-# CUDA kernel parity tests without a GPU (docs/CUDA.md, "Kernel tests in emulation"): cuda/*.cu rewritten by
-# tools/cuda_emu/prep.py and compiled by g++ against the emulator's stand-in CUDA headers, with the
-# cuda_test API, the four kernel test files and the CPU twins. Own build dir and flags; cuBLAS is not
-# emulated (the matmul cases skip), and the backend, cuBLAS loader, graph cache and device peaks stay out.
+# CUDA tests without a GPU (docs/CUDA.md, "Tests in emulation"): cuda/*.cu rewritten by tools/cuda_emu/prep.py
+# and compiled by g++ against the emulator's stand-in CUDA headers; the host side of the backend (cuda/*.cpp
+# but the cuBLAS loader) as it is, over the emulated runtime and cuBLAS. Own build dir and flags; an
+# emulated kvlm binary for the CLI cases.
 EMU_BUILD    := build/cuda-emu
 EMU_CPPFLAGS := -MMD -MP -DKVLM_CUDA=1 -DKVLM_CUDA_EMU=1 -Itools/cuda_emu/include -Icuda -Isrc -Itests
 EMU_CXXFLAGS := -O2 -g1 -std=c++17 $(WARN) -Wno-unknown-pragmas -pthread
 EMU_CU       := $(wildcard cuda/*.cu)
-EMU_HOST     := cuda/cuda_test_api.cpp cuda/cuda_test_api_decode.cpp cuda/cuda_test_api_gemv.cpp \
-                cuda/cuda_test_api_prefill.cpp cuda/cuda_check.cpp cuda/matmul.cpp tools/cuda_emu/emu.cpp
+EMU_HOST     := $(filter-out cuda/cublas_loader.cpp,$(CUDA_HOST_SRC)) \
+                tools/cuda_emu/emu.cpp tools/cuda_emu/runtime.cpp tools/cuda_emu/cublas.cpp
 EMU_TESTS    := tests/test_cuda_kernels.cpp tests/test_cuda_decode_kernels.cpp tests/test_cuda_gemv.cpp \
-                tests/test_cuda_prefill_attention.cpp tests/test_main.cpp tests/random_model.cpp tests/cuda_kernel_checks.cpp \
-                tools/cuda_emu/test_emu.cpp
-EMU_OBJ      := $(EMU_CU:cuda/%.cu=$(EMU_BUILD)/gen/%.o) $(EMU_HOST:%.cpp=$(EMU_BUILD)/%.o) \
-                $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o)
+                tests/test_cuda_prefill_attention.cpp tests/test_cuda_backend.cpp tests/test_cuda_models.cpp \
+                tests/test_cuda_cli.cpp tests/test_main.cpp tests/test_util.cpp tests/random_model.cpp \
+                tests/cuda_kernel_checks.cpp tools/cuda_emu/test_emu.cpp
+EMU_OBJ      := $(EMU_CU:cuda/%.cu=$(EMU_BUILD)/gen/%.o) $(EMU_HOST:%.cpp=$(EMU_BUILD)/%.o)
 EMU_SRC_LIB  := $(EMU_BUILD)/libkvlm_src.a
 EMU_BIN      := $(EMU_BUILD)/kvlm_emu_tests
-EMU_ARGS     ?= -tc='cuda kernels*'
+EMU_KVLM     := $(EMU_BUILD)/kvlm
+EMU_ARGS     ?= -tc='cuda*'
 
-test-cuda-emu: $(EMU_BIN)
-	KVLM_CUDA_EMU=1 $(EMU_BIN) $(EMU_ARGS)
+test-cuda-emu: $(EMU_BIN) $(EMU_KVLM)
+	KVLM_CUDA_EMU=1 KVLM_BIN=$(abspath $(EMU_KVLM)) $(EMU_BIN) $(EMU_ARGS)
 
-$(EMU_BIN): $(EMU_OBJ) $(EMU_SRC_LIB)
+$(EMU_BIN): $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o) $(EMU_OBJ) $(EMU_SRC_LIB)
+	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)
+$(EMU_KVLM): $(EMU_BUILD)/main.o $(EMU_OBJ) $(EMU_SRC_LIB)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)
 
-# src/ as for CUDA=0 (no KVLM_CUDA: cuda_stub.cpp provides the backend entry points), in an archive so only
-# what the tests use is linked.
+# src/ as in CUDA builds (cuda_stub.cpp compiles to nothing), in an archive so only what is used is linked.
 $(EMU_SRC_LIB): $(SRC_CPP:%.cpp=$(EMU_BUILD)/%.o)
 	rm -f $@ && ar rcs $@ $^
 $(EMU_BUILD)/src/%.o: src/%.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) -MMD -MP -Isrc $(EMU_CXXFLAGS) -c $< -o $@
+	$(CXX) -MMD -MP -DKVLM_CUDA=1 -Isrc $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_BUILD)/main.o: main.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -MMD -MP -DKVLM_CUDA=1 -Isrc $(EMU_CXXFLAGS) -c $< -o $@
 
 .PRECIOUS: $(EMU_BUILD)/gen/%.cpp
 $(EMU_BUILD)/gen/%.cpp: cuda/%.cu tools/cuda_emu/prep.py

@@ -18,8 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "cublas_loader.h"
-#include "cuda_check.h"
+#include "emu_internal.h"
 
 // Fiber switches: on x86-64 a minimal switch of the callee-saved registers (glibc's swapcontext makes a
 // sigprocmask system call per switch, which dominated the run time); elsewhere ucontext.
@@ -174,14 +173,22 @@ void on_segv(int, siginfo_t* info, void*) {
         n = std::snprintf(buf, sizeof buf,
                           "kvlm CUDA emulator: dynamic shared memory access out of bounds at byte %td of %zu%s\n",
                           addr - e.smem_base, e.smem_bytes, where().c_str());
-    else
-        n = std::snprintf(buf, sizeof buf, "kvlm CUDA emulator: invalid memory access at %p%s\n", info->si_addr,
-                          where().c_str());
+    else {
+        std::string what = describe_address(addr);
+        const char* who = e.kernel_name || what.empty()
+                              ? ""
+                              : " by host code (device memory is reachable only by kernels and copies)";
+        n = std::snprintf(buf, sizeof buf, "kvlm CUDA emulator: invalid memory access at %p%s%s%s%s\n", info->si_addr,
+                          what.empty() ? "" : ", ", what.c_str(), who, where().c_str());
+    }
     if (n > 0) (void)!write(2, buf, size_t(std::min<int>(n, sizeof buf - 1)));
     abort();  // doctest's SIGABRT handler names the test case
 }
 
-// Installed at every launch: doctest installs its own handlers at the start of each test case.
+}  // namespace
+
+// Installed at every launch and whenever device memory is closed to the host again: doctest installs its
+// own handlers at the start of each test case.
 void install_segv_handler() {
     static std::vector<char> alt(1 << 16);
     stack_t ss{};
@@ -193,6 +200,8 @@ void install_segv_handler() {
     sigaction(SIGSEGV, &sa, nullptr);
     sigaction(SIGBUS, &sa, nullptr);
 }
+
+namespace {
 
 void to_scheduler(Fiber& f) {
 #if KVLM_EMU_FAST_SWITCH
@@ -446,17 +455,6 @@ void run_grid(const char* name, const char* site, const void* kernel, const Laun
     install_segv_handler();
     const dim3 g = cfg.grid, b = cfg.block;
     const uint64_t n_threads = uint64_t(b.x) * b.y * b.z;
-    const auto limit = e.max_dynamic_smem.count(kernel) ? e.max_dynamic_smem[kernel] : kDefaultSmem;
-    // As cudaLaunchKernel: a bad configuration is an error at the next cudaGetLastError, nothing runs.
-    if (g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535 || n_threads == 0 || n_threads > 1024 ||
-        b.z > 64) {
-        emulated_launch_error(cudaErrorInvalidConfiguration);
-        return;
-    }
-    if (cfg.smem > size_t(limit)) {
-        emulated_launch_error(cudaErrorInvalidValue);
-        return;
-    }
     const size_t page = size_t(sysconf(_SC_PAGESIZE));
     e.smem_bytes = cfg.smem;
     e.smem_base = e.arena_end - (cfg.smem + 127) / 128 * 128;
@@ -478,6 +476,22 @@ void run_grid(const char* name, const char* site, const void* kernel, const Laun
     e.kernel_name = nullptr;
 }
 
+int default_smem_per_block() { return kDefaultSmem; }
+int smem_optin() { return emu().smem_optin; }
+
+bool check_launch(const void* kernel, const LaunchConfig& cfg) {
+    Emulator& e = emu();
+    const dim3 g = cfg.grid, b = cfg.block;
+    const uint64_t n_threads = uint64_t(b.x) * b.y * b.z;
+    const auto limit = e.max_dynamic_smem.count(kernel) ? e.max_dynamic_smem[kernel] : kDefaultSmem;
+    // As cudaLaunchKernel: a bad configuration is an error at the next cudaGetLastError, nothing runs.
+    if (g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535 || n_threads == 0 || n_threads > 1024 ||
+        b.z > 64)
+        return emulated_launch_error(cudaErrorInvalidConfiguration);
+    if (cfg.smem > size_t(limit)) return emulated_launch_error(cudaErrorInvalidValue);
+    return true;
+}
+
 void ptx_ld_global_nc_v4_u32(unsigned& a, unsigned& b, unsigned& c, unsigned& d, const void* p) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) die("ld.global.nc.v4.u32 from %p: not 16-byte aligned", p);
     uint4 v;
@@ -490,68 +504,12 @@ void ptx_ld_global_nc_v4_u32(unsigned& a, unsigned& b, unsigned& c, unsigned& d,
 // ---- Runtime API.
 using kvlm_emu::emu;
 
-cudaError_t cudaGetDeviceCount(int* count) {
-    *count = 1;
-    return cudaSuccess;
-}
-cudaError_t cudaGetDevice(int* device) {
-    *device = 0;
-    return cudaSuccess;
-}
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-    if (device != 0) return cudaErrorInvalidDevice;
-    *prop = cudaDeviceProp{};
-    std::snprintf(prop->name, sizeof prop->name, "kvlm CUDA emulator (CPU, sm_90-like)");
-    prop->totalGlobalMem = size_t(80) << 30;
-    prop->sharedMemPerBlock = kvlm_emu::kDefaultSmem;
-    prop->sharedMemPerBlockOptin = size_t(emu().smem_optin);
-    prop->warpSize = 32, prop->maxThreadsPerBlock = 1024, prop->multiProcessorCount = 132;
-    prop->major = 9, prop->minor = 0, prop->memoryBusWidth = 5120, prop->l2CacheSize = 50 << 20;
-    return cudaSuccess;
-}
-cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-    if (device != 0) return cudaErrorInvalidDevice;
-    switch (attr) {
-        case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
-        case cudaDevAttrMaxSharedMemoryPerBlock: *value = kvlm_emu::kDefaultSmem; break;
-        case cudaDevAttrWarpSize: *value = 32; break;
-        case cudaDevAttrMultiProcessorCount: *value = 132; break;
-        case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-        case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu().smem_optin; break;
-        default: return cudaErrorInvalidValue;
-    }
-    return cudaSuccess;
-}
 cudaError_t cuda_emu_func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value) {
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > emu().smem_optin)
         return cudaErrorInvalidValue;
     emu().max_dynamic_smem[kernel] = value;
     return cudaSuccess;
 }
-cudaError_t cudaMalloc(void** p, size_t bytes) {
-    *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t cudaFree(void* p) {
-    std::free(p);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-    if (bytes) std::memmove(dst, src, bytes);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-    return cudaMemcpy(dst, src, bytes, kind);
-}
-cudaError_t cudaMemset(void* p, int value, size_t bytes) {
-    if (bytes) std::memset(p, value, bytes);
-    return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaGetLastError() {
     cudaError_t e = emu().last_error;
     emu().last_error = cudaSuccess;
@@ -567,6 +525,10 @@ const char* cudaGetErrorName(cudaError_t error) {
         case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
         case cudaErrorNoDevice: return "cudaErrorNoDevice";
         case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+        case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+        case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+        case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
     }
     return "cudaErrorUnknown";
 }
@@ -576,22 +538,10 @@ const char* cudaGetErrorString(cudaError_t error) {
         case cudaErrorInvalidValue: return "invalid argument";
         case cudaErrorMemoryAllocation: return "out of memory";
         case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+        case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+        case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
         default: return cudaGetErrorName(error);
     }
 }
-
-// ---- cuBLAS is not emulated: the matmul tests skip, and anything that reaches cuBLAS throws.
-namespace kvlm {
-
-constexpr const char* kNoCublas = "cuBLAS is not emulated (KVLM_CUDA_EMU build)";
-
-const CublasApi& cublas_api() { cuda_throw(kNoCublas); }
-bool cublas_loadable(std::string* why_not) {
-    if (why_not) *why_not = kNoCublas;
-    return false;
-}
-void cublas_fail(cublasStatus_t, const char* statement, const char*, int) {
-    cuda_throw((std::string("cuBLAS call in the emulated build: ") + statement).c_str());
-}
-
-}  // namespace kvlm

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cublas_loader.h"
 #include "dtype.h"
 
 namespace {
@@ -54,6 +55,35 @@ __global__ void wmma_misaligned_kernel() {
     nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> a;
     nvcuda::wmma::load_matrix_sync(a, s + 8, 16);  // 16 bytes past a 256-bit boundary
 }
+
+__global__ void add_one_kernel(float* x, int n) {
+    const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) x[i] += 1.0f;
+}
+
+__global__ void write_at_kernel(float* x, int i) {
+    if (threadIdx.x == 0) x[i] = 1.0f;
+}
+
+// A device copy of a vector (cudaMalloc + synchronous copies on the legacy stream).
+template <typename T>
+struct DeviceBuffer {
+    T* ptr = nullptr;
+    size_t n = 0;
+    explicit DeviceBuffer(size_t count) : n(count) {
+        REQUIRE(cudaMalloc(&ptr, n * sizeof(T)) == cudaSuccess);
+        REQUIRE(cudaMemset(ptr, 0, n * sizeof(T)) == cudaSuccess);
+    }
+    explicit DeviceBuffer(const std::vector<T>& v) : DeviceBuffer(v.size()) {
+        REQUIRE(cudaMemcpy(ptr, v.data(), n * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+    }
+    ~DeviceBuffer() { cudaFree(ptr); }
+    std::vector<T> read() const {
+        std::vector<T> v(n);
+        REQUIRE(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+        return v;
+    }
+};
 
 // Runs f in a child process; returns its stderr and whether it died of SIGABRT.
 std::string run_aborting(void (*f)(), bool* aborted) {
@@ -119,8 +149,10 @@ TEST_CASE("cuda kernels: emulator f16/bf16 conversions match src/dtype.cpp") {
 TEST_CASE("cuda kernels: emulator shares __shared__ arrays and exchanges shuffles") {
     std::vector<float> x(4 * 256), sums(4);
     for (size_t i = 0; i < x.size(); i++) x[i] = float(i % 7);
-    LAUNCH(block_sum_kernel, 4, 256)(x.data(), sums.data());
+    DeviceBuffer<float> dx(x), dsums(sums.size());
+    LAUNCH(block_sum_kernel, 4, 256)(dx.ptr, dsums.ptr);
     CHECK(cudaGetLastError() == cudaSuccess);
+    sums = dsums.read();
     for (int b = 0; b < 4; b++) {
         float want = 0;
         for (int i = 0; i < 256; i++) want += x[size_t(b * 256 + i)];
@@ -128,25 +160,176 @@ TEST_CASE("cuda kernels: emulator shares __shared__ arrays and exchanges shuffle
     }
     std::vector<float> w(64);
     for (size_t i = 0; i < w.size(); i++) w[i] = float(i);
-    LAUNCH(warp_sum_kernel, 1, 64)(w.data());
+    DeviceBuffer<float> dw(w);
+    LAUNCH(warp_sum_kernel, 1, 64)(dw.ptr);
+    w = dw.read();
     CHECK(w[0] == 496.0f);   // 0 + ... + 31
     CHECK(w[63] == 1520.0f);  // 32 + ... + 63
-    LAUNCH(warp_sum_kernel, 1, 2048)(w.data());  // too many threads: a launch error, nothing runs
+    LAUNCH(warp_sum_kernel, 1, 2048)(dw.ptr);  // too many threads: a launch error, nothing runs
     CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
     LAUNCH(smem_overflow_kernel, 1, 32, 64 * 1024)(0);  // above 48 KB without cudaFuncSetAttribute
     CHECK(cudaGetLastError() == cudaErrorInvalidValue);
 }
 
 TEST_CASE("cuda kernels: emulator aborts on divergent barriers, partial shuffles, smem overflow, bad WMMA") {
-    expect_abort([] { LAUNCH(divergent_barrier_kernel, 1, 64)(); }, "__syncthreads not reached by every thread");
+    expect_abort([] { LAUNCH(divergent_barrier_kernel, 1, 64)(), cudaDeviceSynchronize(); }, "__syncthreads not reached by every thread");
     expect_abort(
         [] {
-            static std::vector<float> x(64);
-            LAUNCH(partial_shuffle_kernel, 1, 64)(x.data());
+            DeviceBuffer<float> x(64);
+            LAUNCH(partial_shuffle_kernel, 1, 64)(x.ptr);
+            cudaDeviceSynchronize();
         },
         "warp collective not reached by all 32 lanes");
-    expect_abort([] { LAUNCH(smem_overflow_kernel, 1, 64, 1000 * sizeof(float))(960); },
+    expect_abort([] { LAUNCH(smem_overflow_kernel, 1, 64, 1000 * sizeof(float))(960), cudaDeviceSynchronize(); },
                  "dynamic shared memory");
-    expect_abort([] { LAUNCH(smem_overflow_kernel, 1, 64, 4096)(1024); }, "dynamic shared memory access out of bounds");
-    expect_abort([] { LAUNCH(wmma_misaligned_kernel, 1, 32, 4096)(); }, "not 256-bit aligned");
+    expect_abort([] { LAUNCH(smem_overflow_kernel, 1, 64, 4096)(1024), cudaDeviceSynchronize(); }, "dynamic shared memory access out of bounds");
+    expect_abort([] { LAUNCH(wmma_misaligned_kernel, 1, 32, 4096)(), cudaDeviceSynchronize(); }, "not 256-bit aligned");
+}
+
+TEST_CASE("cuda kernels: emulator runs stream work when the host synchronises, as a GPU may") {
+    cudaStream_t s = nullptr;
+    REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    float* pinned = nullptr;
+    REQUIRE(cudaMallocHost(&pinned, 4 * sizeof(float)) == cudaSuccess);
+    DeviceBuffer<float> d(4);
+    for (int i = 0; i < 4; i++) pinned[i] = 1.0f;
+    REQUIRE(cudaMemcpyAsync(d.ptr, pinned, 4 * sizeof(float), cudaMemcpyHostToDevice, s) == cudaSuccess);
+    for (int i = 0; i < 4; i++) pinned[i] = 2.0f;  // refilled before the copy ran: the copy reads 2
+    LAUNCH(add_one_kernel, 1, 32, 0, s)(d.ptr, 4);
+    cudaEvent_t after_add = nullptr;
+    REQUIRE(cudaEventCreateWithFlags(&after_add, cudaEventDisableTiming) == cudaSuccess);
+    REQUIRE(cudaEventRecord(after_add, s) == cudaSuccess);
+    LAUNCH(add_one_kernel, 1, 32, 0, s)(d.ptr, 4);
+    CHECK(d.read()[0] == 0.0f);  // a copy on the legacy stream does not wait for a non-blocking stream
+    REQUIRE(cudaEventSynchronize(after_add) == cudaSuccess);
+    CHECK(d.read()[0] == 3.0f);  // up to the event, not the second add
+    REQUIRE(cudaMemcpyAsync(pinned, d.ptr, 4 * sizeof(float), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+    CHECK(pinned[0] == 2.0f);
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    CHECK(pinned[0] == 4.0f);
+    std::vector<float> pageable(4);  // copies to pageable memory synchronise: done on return
+    LAUNCH(add_one_kernel, 1, 32, 0, s)(d.ptr, 4);
+    REQUIRE(cudaMemcpyAsync(pageable.data(), d.ptr, 4 * sizeof(float), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+    CHECK(pageable[3] == 5.0f);
+    cudaEventDestroy(after_add);
+    cudaFreeHost(pinned);
+    cudaStreamDestroy(s);
+}
+
+TEST_CASE("cuda kernels: emulator graphs keep their launch arguments; capture refuses synchronisation") {
+    cudaStream_t s = nullptr;
+    REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    DeviceBuffer<float> d(4);
+    cudaGraph_t graph = nullptr;
+    REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    LAUNCH(add_one_kernel, 1, 32, 0, s)(d.ptr, 4);
+    CHECK(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported);
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, 64) == cudaErrorStreamCaptureUnsupported);
+    CHECK(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated);
+    CHECK(graph == nullptr);
+    cudaGetLastError();
+
+    int n = 2;  // captured by value: the graph adds to the first two elements however n changes later
+    REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    LAUNCH(add_one_kernel, 1, 32, 0, s)(d.ptr, n);
+    REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+    n = 4;
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    cudaGraphDestroy(graph);
+    CHECK(d.read()[0] == 0.0f);  // capturing ran nothing
+    for (int i = 0; i < 3; i++) REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+    cudaGraphExecDestroy(exec);  // queued launches still run
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    CHECK(d.read() == std::vector<float>{3.0f, 3.0f, 0.0f, 0.0f});
+    cudaStreamDestroy(s);
+}
+
+TEST_CASE("cuda kernels: emulator cuBLAS GEMMs are column-major with cuBLAS's transposes and checks") {
+    const kvlm::CublasApi& api = kvlm::cublas_api();
+    cublasHandle_t handle = nullptr;
+    REQUIRE(api.create(&handle) == CUBLAS_STATUS_SUCCESS);
+    const int m = 5, n = 3, k = 7, ld_pad = 2;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (cublasOperation_t ta : {CUBLAS_OP_N, CUBLAS_OP_T})
+        for (cublasOperation_t tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+            const int lda = (ta == CUBLAS_OP_N ? m : k) + ld_pad, ldb = (tb == CUBLAS_OP_N ? k : n) + ld_pad, ldc = m + 1;
+            std::vector<float> a(size_t(lda) * (ta == CUBLAS_OP_N ? k : m)), b(size_t(ldb) * (tb == CUBLAS_OP_N ? n : k));
+            std::vector<float> c(size_t(ldc) * n);
+            for (float& x : a) x = u(rng);
+            for (float& x : b) x = u(rng);
+            for (float& x : c) x = u(rng);
+            DeviceBuffer<float> da(a), db(b), dc(c);
+            const float alpha = 0.5f, beta = 2.0f;
+            REQUIRE(api.sgemm(handle, ta, tb, m, n, k, &alpha, da.ptr, lda, db.ptr, ldb, &beta, dc.ptr, ldc) ==
+                    CUBLAS_STATUS_SUCCESS);
+            const std::vector<float> got = dc.read();
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    double sum = 0;
+                    for (int l = 0; l < k; l++)
+                        sum += double(ta == CUBLAS_OP_N ? a[size_t(i + l * lda)] : a[size_t(l + i * lda)]) *
+                               double(tb == CUBLAS_OP_N ? b[size_t(l + j * ldb)] : b[size_t(j + l * ldb)]);
+                    CHECK(got[size_t(i + j * ldc)] == doctest::Approx(alpha * sum + beta * c[size_t(i + j * ldc)]).epsilon(1e-5));
+                }
+            CHECK(got[size_t(m)] == c[size_t(m)]);  // the padding row of C is untouched
+        }
+    DeviceBuffer<float> x(64);
+    const float one = 1.0f, zero = 0.0f;
+    CHECK(api.sgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, x.ptr, 3, x.ptr, 4, &zero, x.ptr, 4) ==
+          CUBLAS_STATUS_INVALID_VALUE);  // lda < m
+    CHECK(api.gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, 4, 4, 4, &one, x.ptr, CUDA_R_16F, 4, x.ptr, CUDA_R_16BF, 4, &zero,
+                      x.ptr, CUDA_R_32F, 4, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED);
+    api.destroy(handle);
+}
+
+TEST_CASE("cuda kernels: emulator device memory is limited, and running out is an error, not a crash") {
+    size_t free_before = 0, total = 0;
+    REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, total + 1) == cudaErrorMemoryAllocation);
+    CHECK(p == nullptr);
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    REQUIRE(cudaMalloc(&p, size_t(1) << 20) == cudaSuccess);
+    size_t free_after = 0;
+    REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+    CHECK(free_before - free_after >= size_t(1) << 20);
+    cudaFree(p);
+}
+
+TEST_CASE("cuda kernels: emulator faults host reads of device memory, kernels past a buffer, bad copies") {
+    expect_abort(
+        [] {
+            float* d = nullptr;
+            cudaMalloc(&d, 64 * sizeof(float));
+            std::printf("%f\n", double(d[3]));  // host code dereferencing a device pointer
+        },
+        "by host code");
+    expect_abort(
+        [] {
+            float* d = nullptr;
+            cudaMalloc(&d, 256 * sizeof(float));
+            LAUNCH(write_at_kernel, 1, 32)(d, 256 + 1000);
+            cudaDeviceSynchronize();
+        },
+        "past its end");
+    expect_abort(
+        [] {
+            float* d = nullptr;
+            cudaMalloc(&d, 16 * sizeof(float));
+            std::vector<float> h(32);
+            cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice);
+        },
+        "not inside one device allocation");
+    expect_abort(
+        [] {
+            float* d = nullptr;
+            cudaMalloc(&d, 16 * sizeof(float));
+            std::vector<float> h(16);
+            cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost);
+        },
+        "is device memory and the source");
 }

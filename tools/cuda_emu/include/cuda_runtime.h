@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 
@@ -54,9 +55,19 @@ enum cudaError_t {
     cudaErrorInvalidDevice = 101,
     cudaErrorNoDevice = 100,
     cudaErrorInsufficientDriver = 35,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnmatched = 903,
 };
 using cudaError = cudaError_t;
 using cudaStream_t = struct CUstream_st*;
+using cudaEvent_t = struct CUevent_st*;
+using cudaGraph_t = struct CUgraph_st*;
+using cudaGraphExec_t = struct CUgraphExec_st*;
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
+constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
+constexpr unsigned cudaEventDefault = 0, cudaEventDisableTiming = 2;
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,
     cudaMemcpyHostToDevice = 1,
@@ -69,6 +80,8 @@ enum cudaDeviceAttr {
     cudaDevAttrMaxSharedMemoryPerBlock = 8,
     cudaDevAttrWarpSize = 10,
     cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrMemoryClockRate = 36,
+    cudaDevAttrGlobalMemoryBusWidth = 37,
     cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrComputeCapabilityMinor = 76,
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
@@ -120,26 +133,34 @@ inline LaunchConfig config(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t 
 }
 using Body = void (*)(void* closure);
 // name: the launch expression; site: the launching function (__PRETTY_FUNCTION__, with template arguments).
+// Runs every block of the grid now (called when the launch reaches the front of its stream).
 void run_grid(const char* name, const char* site, const void* kernel, const LaunchConfig& cfg, Body body, void* closure);
+// Checks the configuration as cudaLaunchKernel does (an error for the next cudaGetLastError, nothing
+// queued) and queues run_grid(..., closure) on cfg.stream, or records it into the stream's capture.
+void enqueue_grid(const char* name, const char* site, const void* kernel, const LaunchConfig& cfg, Body body,
+                  std::shared_ptr<void> closure);
 
 template <typename Kernel>
 struct Launcher {
     const char *name, *site;
     Kernel kernel;
     LaunchConfig cfg;
-    // Arguments are copied once, as into the parameter space; every thread calls kernel(copies...).
+    // Arguments are copied once, as into the parameter space (they outlive the call: the launch runs when
+    // its stream reaches it, or at every replay of a graph it was captured into); every thread calls
+    // kernel(copies...).
     template <typename... Args>
     void operator()(Args... args) const {
         struct Closure {
             Kernel kernel;
             std::tuple<Args...> args;
-        } closure{kernel, std::tuple<Args...>(args...)};
-        run_grid(name, site, reinterpret_cast<const void*>(kernel), cfg,
-                 [](void* c) {
-                     auto* cl = static_cast<Closure*>(c);
-                     std::apply(cl->kernel, cl->args);
-                 },
-                 &closure);
+        };
+        auto closure = std::make_shared<Closure>(Closure{kernel, std::tuple<Args...>(args...)});
+        enqueue_grid(name, site, reinterpret_cast<const void*>(kernel), cfg,
+                     [](void* c) {
+                         auto* cl = static_cast<Closure*>(c);
+                         std::apply(cl->kernel, cl->args);
+                     },
+                     std::move(closure));
     }
 };
 template <typename Kernel>
@@ -261,6 +282,25 @@ cudaError_t cudaMalloc(void** p, size_t bytes);
 template <typename T>
 cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc(reinterpret_cast<void**>(p), bytes); }
 cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+template <typename T>
+cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMallocHost(reinterpret_cast<void**>(p), bytes); }
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
 cudaError_t cudaMemset(void* p, int value, size_t bytes);
