@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "byte_size.h"
 #include "cpu_ops.h"
 #include "cublas_loader.h"
 #include "cuda_backend.h"
@@ -56,15 +57,14 @@ public:
     template <typename T>
     T* alloc(size_t count, const char* what) {
         void* p = try_alloc(count * sizeof(T));
-        if (!p) throw_error("cuda backend: out of device memory allocating {} ({:.2f} GiB){}", what,
-                            double(count * sizeof(T)) / kGiB, free_memory_note());
+        if (!p) throw_error("cuda backend: out of device memory allocating {} ({}){}", what,
+                            byte_size_text(count * sizeof(T)), free_memory_note());
         return static_cast<T*>(p);
     }
     static std::string free_memory_note() {
         size_t free_bytes = 0, total_bytes = 0;
         if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return "";
-        return fmt::format("; {:.2f} GiB of {:.2f} GiB free on the device", double(free_bytes) / kGiB,
-                           double(total_bytes) / kGiB);
+        return fmt::format("; {} of {} free on the device", byte_size_text(free_bytes), byte_size_text(total_bytes));
     }
 
 private:
@@ -230,9 +230,9 @@ private:
             if (offsets.emplace(v->data, total).second) total += (v->n_bytes() + 255) / 256 * 256;
         char* device = static_cast<char*>(arena_.try_alloc(total));
         if (!device)
-            throw_error("cuda backend: the model's weights ({:.2f} GiB) do not fit in device memory{} (use a smaller "
-                        "model or --device cpu)",
-                        double(total) / kGiB, DeviceArena::free_memory_note());
+            throw_error("cuda backend: the model's weights ({}) do not fit in device memory{} (use a smaller model or "
+                        "--device cpu)",
+                        byte_size_text(total), DeviceArena::free_memory_note());
 
         PinnedBuffer staging(2 * kStagingBytes);
         cudaEvent_t done[2];
@@ -287,9 +287,9 @@ private:
         if (total / block_bytes != size_t(n_kv_blocks_)) throw_error("cuda backend: KV cache size overflows");
         kv_ = static_cast<char*>(arena_.try_alloc(total));
         if (!kv_)
-            throw_error("cuda backend: the KV pool of {} blocks ({:.2f} GiB, {} tokens per block, {}) does not fit in "
+            throw_error("cuda backend: the KV pool of {} blocks ({}, {} tokens per block, {}) does not fit in "
                         "device memory after the weights{}; lower --kv-mem or --ctx-size (-c)",
-                        n_kv_blocks_, double(total) / kGiB, layout_.block_size, dtype_name(layout_.dtype),
+                        n_kv_blocks_, byte_size_text(total), layout_.block_size, dtype_name(layout_.dtype),
                         DeviceArena::free_memory_note());
         CUDA_CHECK(cudaMemsetAsync(kv_, 0, total, stream()));
     }
