@@ -39,7 +39,7 @@ LIB_OBJ  := $(SRC_CPP:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 TEST_OBJ := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/kvlm_tests
 
-.PHONY: all test debug test-sanitize test-cuda-emu fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench format deps carry
+.PHONY: all test debug test-sanitize test-cuda-emu test-cuda-emu-smoke fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench format deps carry
 all: $(BIN)
 
 $(BIN): $(BUILD)/main.o $(LIB_OBJ)
@@ -87,6 +87,11 @@ EMU_ARGS     ?= -tc='cuda*'
 
 test-cuda-emu: $(EMU_BIN) $(EMU_KVLM)
 	KVLM_CUDA_EMU=1 KVLM_BIN=$(abspath $(EMU_KVLM)) $(EMU_BIN) $(EMU_ARGS)
+# What CI runs (~1 min plus the build): the emulator's own checks, the cuBLAS path, stories260K through the
+# whole backend, KV block moves, a GPU session continued on the CPU, and bench on the CUDA path.
+EMU_SMOKE_ARGS := -tc='cuda kernels: emulator*,cuda kernels: cuBLAS*,cuda backend: stories260K*,cuda backend: KV blocks*,cuda backend: bad forward*,cuda cli: a session*,cuda cli: kvlm bench*'
+test-cuda-emu-smoke:
+	+$(MAKE) test-cuda-emu EMU_ARGS="$(EMU_SMOKE_ARGS)"
 
 $(EMU_BIN): $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o) $(EMU_OBJ) $(EMU_SRC_LIB)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)
