@@ -80,7 +80,10 @@ EMU_TESTS    := tests/test_cuda_kernels.cpp tests/test_cuda_decode_kernels.cpp t
                 tests/test_cuda_cli.cpp tests/test_main.cpp tests/test_util.cpp tests/random_model.cpp \
                 tests/cuda_kernel_checks.cpp tools/cuda_emu/test_emu.cpp
 EMU_OBJ      := $(EMU_CU:cuda/%.cu=$(EMU_BUILD)/gen/%.o) $(EMU_HOST:%.cpp=$(EMU_BUILD)/%.o)
+# src/ and main.cpp as the release build compiles them (no CUDA headers there; cuda_stub.o, the only object
+# that depends on KVLM_CUDA, is left out), in an archive so only what is used is linked.
 EMU_SRC_LIB  := $(EMU_BUILD)/libkvlm_src.a
+EMU_SRC_OBJ  := $(filter-out $(BUILD)/src/cuda_stub.o,$(SRC_CPP:%.cpp=$(BUILD)/%.o))
 EMU_BIN      := $(EMU_BUILD)/kvlm_emu_tests
 EMU_KVLM     := $(EMU_BUILD)/kvlm
 EMU_ARGS     ?= -tc='cuda*'
@@ -95,18 +98,11 @@ test-cuda-emu-smoke:
 
 $(EMU_BIN): $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o) $(EMU_OBJ) $(EMU_SRC_LIB)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)
-$(EMU_KVLM): $(EMU_BUILD)/main.o $(EMU_OBJ) $(EMU_SRC_LIB)
+$(EMU_KVLM): $(BUILD)/main.o $(EMU_OBJ) $(EMU_SRC_LIB)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)
-
-# src/ as in CUDA builds (cuda_stub.cpp compiles to nothing), in an archive so only what is used is linked.
-$(EMU_SRC_LIB): $(SRC_CPP:%.cpp=$(EMU_BUILD)/%.o)
+$(EMU_SRC_LIB): $(EMU_SRC_OBJ)
+	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
-$(EMU_BUILD)/src/%.o: src/%.cpp
-	@mkdir -p $(dir $@)
-	$(CXX) -MMD -MP -DKVLM_CUDA=1 -Isrc $(EMU_CXXFLAGS) -c $< -o $@
-$(EMU_BUILD)/main.o: main.cpp
-	@mkdir -p $(dir $@)
-	$(CXX) -MMD -MP -DKVLM_CUDA=1 -Isrc $(EMU_CXXFLAGS) -c $< -o $@
 
 .PRECIOUS: $(EMU_BUILD)/gen/%.cpp
 $(EMU_BUILD)/gen/%.cpp: cuda/%.cu tools/cuda_emu/prep.py
