@@ -209,6 +209,23 @@ void check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, c
     }
 }
 
+// cudaFree / cudaFreeHost: both synchronise the device first (queued work may still use the memory).
+cudaError_t release(void* p, Memory kind) {
+    if (!p) return cudaSuccess;
+    if (forbidden_while_capturing()) return fail(cudaErrorStreamCaptureUnsupported);
+    auto it = rt().allocations.find(static_cast<char*>(p));
+    if (it == rt().allocations.end() || it->second.kind != kind) return fail(cudaErrorInvalidValue);
+    run_everything();
+    if (kind == Memory::device) {
+        munmap(it->second.mapping, it->second.mapping_bytes);
+        rt().device_bytes -= it->second.data_bytes;
+    } else {
+        std::free(p);
+    }
+    rt().allocations.erase(it);
+    return cudaSuccess;
+}
+
 }  // namespace
 
 cudaError_t submit(cudaStream_t stream, Operation op) {
@@ -327,17 +344,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     *p = a.base;
     return cudaSuccess;
 }
-cudaError_t cudaFree(void* p) {
-    if (!p) return cudaSuccess;
-    if (kvlm_emu::forbidden_while_capturing()) return fail(cudaErrorStreamCaptureUnsupported);
-    auto it = rt().allocations.find(static_cast<char*>(p));
-    if (it == rt().allocations.end() || it->second.kind != Memory::device) return fail(cudaErrorInvalidValue);
-    kvlm_emu::run_everything();  // cudaFree synchronises the device
-    munmap(it->second.mapping, it->second.mapping_bytes);
-    rt().device_bytes -= it->second.data_bytes;
-    rt().allocations.erase(it);
-    return cudaSuccess;
-}
+cudaError_t cudaFree(void* p) { return kvlm_emu::release(p, Memory::device); }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
     *p = nullptr;
     if (kvlm_emu::forbidden_while_capturing()) return fail(cudaErrorStreamCaptureUnsupported);
@@ -350,16 +357,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
     *p = host;
     return cudaSuccess;
 }
-cudaError_t cudaFreeHost(void* p) {
-    if (!p) return cudaSuccess;
-    if (kvlm_emu::forbidden_while_capturing()) return fail(cudaErrorStreamCaptureUnsupported);
-    auto it = rt().allocations.find(static_cast<char*>(p));
-    if (it == rt().allocations.end() || it->second.kind != Memory::pinned) return fail(cudaErrorInvalidValue);
-    kvlm_emu::run_everything();
-    rt().allocations.erase(it);
-    std::free(p);
-    return cudaSuccess;
-}
+cudaError_t cudaFreeHost(void* p) { return kvlm_emu::release(p, Memory::pinned); }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     *total_bytes = rt().total_bytes;
     *free_bytes = rt().total_bytes - rt().device_bytes;
