@@ -187,6 +187,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     return out;
 }
 
+std::string Tokenizer::bytes_without_token(std::string_view text) const {
+    return impl_->is_spm ? std::string() : impl_->bpe->bytes_without_token(text);
+}
+
 std::string Tokenizer::decode_token(int32_t id) const {
     // Ids past the vocabulary occur with padded embedding matrices; they contribute nothing.
     if (id < 0 || id >= n_vocab()) return "";

@@ -21,7 +21,12 @@ public:
 
     // add_bos: prepend BOS when the tokenizer's settings say so (data.add_bos) - pass false to never add.
     // parse_special: match special/added tokens in the text (true for prompts/chat templates).
+    // A byte-level BPE vocabulary may lack some single bytes (SmolLM2: \x04, \x06, ...): encode drops them, as
+    // Hugging Face tokenizers and llama.cpp do, so callers warn about user text with bytes_without_token.
     std::vector<int32_t> encode(std::string_view text, bool add_bos = true, bool parse_special = true) const;
+    // The distinct byte values of `text` (ascending) that encode drops; always "" for SentencePiece-style
+    // vocabularies (their unknown characters become byte-fallback tokens or unk, never nothing).
+    std::string bytes_without_token(std::string_view text) const;
     // Bytes this token contributes to the output (byte-fallback and byte-level pieces decoded; control
     // tokens such as BOS/EOS give ""). May be a partial UTF-8 sequence.
     std::string decode_token(int32_t id) const;

@@ -37,7 +37,7 @@ struct BigramOrder {  // lowest rank first, then leftmost
 
 }  // namespace
 
-BpeEncoder::BpeEncoder(const TokenizerData& data) : data_(data), pre_(data.pre) {
+BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
     ignore_merges_ = pre_.name() == "llama3";
     piece_to_id_.reserve(data.tokens.size());
     for (size_t id = 0; id < data.tokens.size(); ++id) {
@@ -116,13 +116,19 @@ void BpeEncoder::encode_word(std::string_view word, std::vector<int32_t>& out) c
         try_add(bigram.left, left.next);
     }
 
-    for (int32_t i = 0; i >= 0 && i < n; i = symbols[i].next) {
-        if (symbols[i].id >= 0) {
-            out.push_back(symbols[i].id);
-        } else if (data_.unk_id >= 0) {
-            out.push_back(data_.unk_id);
-        }
-    }
+    // A byte without a token is dropped, as Hugging Face tokenizers (BPE without unk_token) and llama.cpp do;
+    // emitting unk would put SmolLM2's <|endoftext|> into the prompt. Callers warn (bytes_without_token).
+    for (int32_t i = 0; i >= 0 && i < n; i = symbols[i].next)
+        if (symbols[i].id >= 0) out.push_back(symbols[i].id);
+}
+
+std::string BpeEncoder::bytes_without_token(std::string_view text) const {
+    bool seen[256] = {};
+    for (char c : text) seen[static_cast<uint8_t>(c)] = true;
+    std::string missing;
+    for (int b = 0; b < 256; ++b)
+        if (seen[b] && byte_ids_[b] < 0) missing.push_back(static_cast<char>(b));
+    return missing;
 }
 
 }  // namespace kvlm

@@ -3,6 +3,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -15,10 +16,12 @@ namespace kvlm {
 
 class BpeEncoder {
 public:
-    // `data` must outlive the encoder and have passed Tokenizer::validate.
+    // `data` must have passed Tokenizer::validate (the encoder keeps copies of what it needs).
     explicit BpeEncoder(const TokenizerData& data);
     // text: raw bytes (no special tokens). Appends ids to `out`.
     void encode(std::string_view text, std::vector<int32_t>& out) const;
+    // The distinct byte values of `text` (ascending) that have no token and so are dropped by encode.
+    std::string bytes_without_token(std::string_view text) const;
     size_t n_merges() const { return merges_.size(); }
 
 private:
@@ -28,7 +31,6 @@ private:
     };
     void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
-    const TokenizerData& data_;
     PreTokenizer pre_;
     bool ignore_merges_;  // Llama 3: a pre-tokenized word that is itself a token is taken whole
     PieceMap piece_to_id_;                                       // normal and byte pieces

@@ -179,6 +179,23 @@ TEST_CASE("tokenizer: SmolLM2 tokenizer.json matches HF tokenizers on the starco
     check_round_trip(tokenizer, vocab_test_texts("starcoder"));
 }
 
+TEST_CASE("tokenizer: bytes without a token are dropped and reported") {
+    const std::string path = data_path("tokenizers/smollm2/tokenizer.json");
+    if (!have_data(path)) return;
+    const Tokenizer tokenizer(load_tokenizer_source(path));
+    // SmolLM2's byte-level vocabulary has no token for \x04 or \x06; HF tokenizers drops them (the vectors
+    // above check the ids); never the unk id, which tokenizer_config.json sets to <|endoftext|>.
+    CHECK(tokenizer.encode("a\x04" "b", false) == std::vector<int32_t>{81, 82});  // "a", "b": HF tokenizers
+    CHECK(tokenizer.bytes_without_token("a\x06" "b\x04\x04") == "\x04\x06");
+    CHECK(tokenizer.bytes_without_token("plain text\n\t\x1b") == "");
+    CHECK(tokenizer.encode("\x04", false).empty());
+
+    const std::string spm_path = data_path("tokenizers/llama2/tokenizer.model");
+    if (!have_data(spm_path)) return;
+    const Tokenizer spm(load_tokenizer_source(spm_path));
+    CHECK(spm.bytes_without_token("a\x04" "b") == "");  // byte fallback: <0x04>
+}
+
 TEST_CASE("tokenizer: special tokens are matched only with parse_special") {
     const std::string path = data_path("tokenizers/smollm2/tokenizer.json");
     if (!have_data(path)) return;

@@ -24,6 +24,14 @@ SPECIAL_TEXTS = [
     "a<|im_start|>b <|im_end|> c",
 ]
 
+# Control characters, some of which (\x04, \x06, \x14, ...) have no token in SmolLM2's vocabulary: HF drops them.
+CONTROL_TEXTS = [
+    "a\x04b",
+    "\x04",
+    "\x00\x01\x02\x7f end",
+    "tab\tbell\x07 \x1b[0m \x06\x13\x14\x16\x1d done",
+]
+
 
 def read_inputs(path):
     with open(path, encoding="utf-8", newline="") as f:
@@ -117,6 +125,7 @@ def main():
     texts = read_inputs(os.path.join(data, "vocab-tests", "ggml-vocab-starcoder.gguf.inp"))
     tests = [{"text": t, "parse_special": False, "ids": tok.encode(t, add_special_tokens=False).ids} for t in texts]
     tests += [{"text": t, "parse_special": True, "ids": tok.encode(t, add_special_tokens=False).ids} for t in SPECIAL_TEXTS]
+    tests += [{"text": t, "parse_special": False, "ids": tok.encode(t, add_special_tokens=False).ids} for t in CONTROL_TEXTS]
     write_vectors(os.path.join(repo, "tests", "data", "smollm2_starcoder_vectors.json"), {
         "source": "tokenizers/smollm2/tokenizer.json + vocab-tests/ggml-vocab-starcoder.gguf.inp",
         "generator": "tools/reference/make_tokenizer_vectors.py, tokenizers " + tokenizers.__version__,
