@@ -24,6 +24,27 @@ static void add_sampling_flags(CLI::App* app, SamplingParams& s, bool* seed_give
         "Random seed (default: random; same seed = same output)");
 }
 
+// -m and the engine flags of run, chat and bench. Bench sizes the context from its plan, so it passes
+// context_flags = false and gets neither -c nor --kv-mem.
+static void add_engine_flags(CLI::App* app, EngineFlags& e, bool context_flags) {
+    app->add_option("-m,--model", e.model_path, "Model file (.kvlm)")->required();
+    if (context_flags) app->add_option("-c,--ctx-size", e.n_ctx, "Context length (default: the model's)");
+    app->add_option("-t,--threads", e.n_threads, "CPU threads (default: all cores)");
+    app->add_option("--block-size", e.block_size, "Tokens per KV block")->capture_default_str();
+    if (context_flags)
+        app->add_option("--kv-mem", e.kv_mem,
+                        "KV-cache memory budget: a size (512MiB) or a share of free memory (90%); default: fits the context");
+    app->add_option("--kv-dtype", e.kv_dtype, "KV-cache element type: f32, f16 or bf16")->capture_default_str();
+    app->add_option("--device", e.device, "auto, cuda or cpu")->capture_default_str();
+}
+
+// --session and its store. The help texts differ: run saves once at the end, chat after every answer.
+static void add_session_flags(CLI::App* app, SessionFlags& s, const char* session_help, const char* quota_help) {
+    app->add_option("--session", s.name, session_help);
+    app->add_option("--session-dir", s.dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
+    app->add_option("--session-quota", s.quota, quota_help);
+}
+
 int main(int argc, char** argv) {
     // Over a file size limit (ulimit -f), write() then fails with EFBIG, which the writers report and
     // recover from (a session save keeps the previous state), instead of the process dying mid-save.
@@ -61,19 +82,12 @@ int main(int argc, char** argv) {
     RunOptions run;
     bool run_seed_given = false;
     auto* run_cmd = app.add_subcommand("run", "Generate text from a prompt (-p, or stdin) and print it on stdout");
-    run_cmd->add_option("-m,--model", run.model_path, "Model file (.kvlm)")->required();
+    add_engine_flags(run_cmd, run.engine, /*context_flags=*/true);
     run_cmd->add_option_function<std::string>(
         "-p,--prompt", [&run](const std::string& p) { run.prompt = p; run.prompt_given = true; },
         "Prompt text (default: read from stdin; \"\" starts from BOS alone)");
     run_cmd->add_option("-n,--n-predict", run.n_predict, "Max new tokens (-1: until end of text or context)")
         ->capture_default_str();
-    run_cmd->add_option("-c,--ctx-size", run.n_ctx, "Context length (default: the model's)");
-    run_cmd->add_option("-t,--threads", run.n_threads, "CPU threads (default: all cores)");
-    run_cmd->add_option("--block-size", run.block_size, "Tokens per KV block")->capture_default_str();
-    run_cmd->add_option("--kv-mem", run.kv_mem,
-                        "KV-cache memory budget: a size (512MiB) or a share of free memory (90%); default: fits the context");
-    run_cmd->add_option("--kv-dtype", run.kv_dtype, "KV-cache element type: f32, f16 or bf16")->capture_default_str();
-    run_cmd->add_option("--device", run.device, "auto, cuda or cpu")->capture_default_str();
     run_cmd->add_flag("--chat", run.chat, "Wrap the prompt as one user turn of the model's chat template");
     run_cmd->add_option("--system", run.system, "System prompt (with --chat)");
     run_cmd->add_flag("-v,--verbose", run.verbose, "Print timings and KV-cache stats on stderr");
@@ -82,13 +96,12 @@ int main(int argc, char** argv) {
                         "Completions of the same prompt, prefilled once (sample i seeded seed+i-1)")
         ->capture_default_str();
     add_sampling_flags(run_cmd, run.sampling, &run_seed_given);
-    run_cmd->add_option("--session", run.session, "Continue session NAME (restore its KV), then save it");
-    run_cmd->add_option("--session-dir", run.session_dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
-    run_cmd->add_option("--session-quota", run.session_quota, "Session store size cap, LRU-evicted (default 4GiB)");
+    add_session_flags(run_cmd, run.session, "Continue session NAME (restore its KV), then save it",
+                      "Session store size cap, LRU-evicted (default 4GiB)");
 
     BenchOptions bench;
     auto* bench_cmd = app.add_subcommand("bench", "Measure prefill/decode throughput and cache scenarios (llama-bench style)");
-    bench_cmd->add_option("-m,--model", bench.model_path, "Model file (.kvlm)")->required();
+    add_engine_flags(bench_cmd, bench.engine, /*context_flags=*/false);
     bench_cmd->add_option("-p,--n-prompt", bench.prompt_lengths, "Prompt lengths to prefill, comma-separated (0 = none)")
         ->delimiter(',')->capture_default_str();
     bench_cmd->add_option("-n,--n-gen", bench.gen_lengths, "Tokens to decode, comma-separated (0 = none)")
@@ -97,10 +110,6 @@ int main(int argc, char** argv) {
         ->delimiter(',')->capture_default_str();
     bench_cmd->add_option("-r,--repetitions", bench.n_reps, "Repetitions of each test")->capture_default_str();
     bench_cmd->add_option("-o,--output", bench.output, "md or json, on stdout")->capture_default_str();
-    bench_cmd->add_option("--device", bench.device, "auto, cuda or cpu")->capture_default_str();
-    bench_cmd->add_option("-t,--threads", bench.n_threads, "CPU threads (default: all cores)");
-    bench_cmd->add_option("--block-size", bench.block_size, "Tokens per KV block")->capture_default_str();
-    bench_cmd->add_option("--kv-dtype", bench.kv_dtype, "KV-cache element type: f32, f16 or bf16")->capture_default_str();
     bench_cmd->add_option("--scenario-tokens", bench.scenario_tokens,
                           "History length of the prefix-cache and session scenarios (default: the first -p)");
     bench_cmd->add_flag("!--no-scenarios", bench.scenarios, "Only the throughput tests");
@@ -108,25 +117,17 @@ int main(int argc, char** argv) {
     ChatOptions chat;
     bool chat_seed_given = false;
     auto* chat_cmd = app.add_subcommand("chat", "Converse with a chat model (a terminal prompt, or one message per stdin line)");
-    chat_cmd->add_option("-m,--model", chat.model_path, "Model file (.kvlm)")->required();
+    add_engine_flags(chat_cmd, chat.engine, /*context_flags=*/true);
     chat_cmd->add_option("--system", chat.system, "System prompt");
     chat_cmd->add_option("--system-file", chat.system_file, "Read the system prompt from a file");
     chat_cmd->add_option("--chat-template", chat.chat_template, "Builtin template name (chatml, llama3, ...) or a Jinja file");
     chat_cmd->add_option("-n,--n-predict", chat.n_predict, "Max tokens per answer (-1: until end of turn or context)")
         ->capture_default_str();
-    chat_cmd->add_option("-c,--ctx-size", chat.n_ctx, "Context length (default: the model's)");
-    chat_cmd->add_option("-t,--threads", chat.n_threads, "CPU threads (default: all cores)");
-    chat_cmd->add_option("--block-size", chat.block_size, "Tokens per KV block")->capture_default_str();
-    chat_cmd->add_option("--kv-mem", chat.kv_mem,
-                         "KV-cache memory budget: a size (512MiB) or a share of free memory (90%); default: fits the context");
-    chat_cmd->add_option("--kv-dtype", chat.kv_dtype, "KV-cache element type: f32, f16 or bf16")->capture_default_str();
-    chat_cmd->add_option("--device", chat.device, "auto, cuda or cpu")->capture_default_str();
     chat_cmd->add_flag("-v,--verbose", chat.verbose, "A stats line on stderr after each answer");
     chat_cmd->add_flag("--single", chat.single, "Piped stdin is one message (default: one message per line)");
     add_sampling_flags(chat_cmd, chat.sampling, &chat_seed_given);
-    chat_cmd->add_option("--session", chat.session, "Continue session NAME, saving it after every answer");
-    chat_cmd->add_option("--session-dir", chat.session_dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
-    chat_cmd->add_option("--session-quota", chat.session_quota, "Session store size cap (default 4GiB)");
+    add_session_flags(chat_cmd, chat.session, "Continue session NAME, saving it after every answer",
+                      "Session store size cap (default 4GiB)");
 
     SessionOptions session;
     auto* session_cmd = app.add_subcommand("session", "Manage saved sessions: ls, show, rm, verify, gc, pin, unpin");

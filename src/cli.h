@@ -12,6 +12,7 @@
 namespace kvlm {
 
 class Engine;
+struct EngineOptions;
 struct GenerationResult;
 using TextCallback = std::function<void(const std::string& text)>;
 
@@ -43,26 +44,43 @@ struct TokenizeOptions {
 };
 int cmd_tokenize(const TokenizeOptions& options);
 
-struct RunOptions {
-    std::string model_path;
-    std::string prompt;
-    bool prompt_given = false;   // -p given (possibly ""); otherwise read stdin
-    int32_t n_predict = -1;      // max new tokens (-1: until end of generation or context)
+// The model and engine flags run, chat and bench share (bench registers neither -c nor --kv-mem).
+struct EngineFlags {
+    std::string model_path;      // -m
     int32_t n_ctx = 0;           // context length (0: the model's)
     int32_t n_threads = 0;       // 0: all cores
     int32_t block_size = 16;
-    std::string kv_mem;          // KV pool budget ("512MiB"); empty: sized from the context
+    std::string kv_mem;          // KV pool budget ("512MiB" or "90%"); empty: sized from the context
     std::string kv_dtype = "f32";  // KV-cache element type: f32, f16 or bf16
-    std::string device = "auto";
+    std::string device = "auto";   // auto | cuda | cpu
+};
+// The engine settings the flags ask for (kv_dtype and kv_mem parsed, throwing Error naming the flag);
+// the caller adds what its subcommand decides (n_spare_blocks, quiet, bench's n_ctx).
+EngineOptions to_engine_options(const EngineFlags& flags);
+
+// --session NAME and the store it lives in (run and chat).
+struct SessionFlags {
+    std::string name;            // "" = no session
+    std::string dir;             // "" = $KVLM_SESSION_DIR, $XDG_CACHE_HOME/kvlm or ~/.cache/kvlm
+    std::string quota;           // store size cap ("4GiB"); "" = kDefaultSessionQuota
+};
+// The store directory a --session-dir value names ("" = SessionStore::default_dir()).
+std::string session_store_dir(const std::string& dir);
+// A --session-quota value in bytes ("" = kDefaultSessionQuota); throws Error naming the flag on a bad size.
+uint64_t session_quota_bytes(const std::string& quota);
+
+struct RunOptions {
+    EngineFlags engine;
+    std::string prompt;
+    bool prompt_given = false;   // -p given (possibly ""); otherwise read stdin
+    int32_t n_predict = -1;      // max new tokens (-1: until end of generation or context)
     bool chat = false;
     std::string system;          // system prompt with --chat
     bool verbose = false;
     bool quiet = false;
     SamplingParams sampling;
     int32_t n_samples = 1;       // completions sharing the prompt's KV; sample i (0-based) is seeded seed + i
-    std::string session;         // --session NAME: continue and save this session (docs/SESSIONS.md)
-    std::string session_dir;     // "" = $KVLM_SESSION_DIR, $XDG_CACHE_HOME/kvlm or ~/.cache/kvlm
-    std::string session_quota;   // store size cap ("4GiB"); "" = kDefaultSessionQuota
+    SessionFlags session;        // continue and save session.name (docs/SESSIONS.md)
 };
 int cmd_run(const RunOptions& options);
 
@@ -73,23 +91,15 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
                                   const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text);
 
 struct ChatOptions {
-    std::string model_path;
+    EngineFlags engine;
     std::string system;          // --system TEXT
     std::string system_file;     // --system-file F (exclusive with --system)
     std::string chat_template;   // builtin name or Jinja file; "" = the model's own
     int32_t n_predict = -1;      // per-answer token limit
-    int32_t n_ctx = 0;
-    int32_t n_threads = 0;
-    int32_t block_size = 16;
-    std::string kv_mem;
-    std::string kv_dtype = "f32";  // KV-cache element type: f32, f16 or bf16
-    std::string device = "auto";
     bool verbose = false;        // stats line on stderr after each answer
     bool single = false;         // piped stdin is one message, not one per line
     SamplingParams sampling;
-    std::string session;         // --session NAME: restore at start, save after each turn and on exit
-    std::string session_dir;
-    std::string session_quota;
+    SessionFlags session;        // restore session.name at start, save it after each turn and on exit
 };
 int cmd_chat(const ChatOptions& options);
 
@@ -103,15 +113,11 @@ struct SessionOptions {
 int cmd_session(const SessionOptions& options);
 
 struct BenchOptions {
-    std::string model_path;
+    EngineFlags engine;                           // n_ctx and kv_mem unused: the plan sizes the context
     std::vector<int32_t> prompt_lengths = {512};  // -p: prefill tests (0 = none)
     std::vector<int32_t> gen_lengths = {128};     // -n: decode tests (0 = none)
     std::vector<int32_t> depths = {0};            // -d: tokens already in context before each test
     int32_t n_reps = 5;                           // -r
-    std::string device = "auto";
-    int32_t n_threads = 0;
-    int32_t block_size = 16;
-    std::string kv_dtype = "f32";                 // KV-cache element type: f32, f16 or bf16
     std::string output = "md";                    // md | json (stdout)
     bool scenarios = true;                        // cache/session/cold-start rows
     int32_t scenario_tokens = 0;                  // history length for the cache scenarios (0 = first -p)

@@ -128,20 +128,17 @@ int cmd_bench(const BenchOptions& o) {
         for (int32_t p : o.prompt_lengths) scenario_tokens = scenario_tokens ? scenario_tokens : p;
     if (o.scenarios && scenario_tokens < 1) throw_error("--scenario-tokens: give a history length (or -p N)");
 
-    EngineOptions engine_options;
-    engine_options.device = o.device;
-    engine_options.n_threads = o.n_threads;
-    engine_options.block_size = o.block_size;
-    engine_options.kv_dtype = parse_kv_dtype(o.kv_dtype);
+    const EngineFlags& flags = o.engine;
+    EngineOptions engine_options = to_engine_options(flags);
     engine_options.n_ctx = context_needed(o, o.scenarios ? scenario_tokens : 0);
     // The hit scenario holds two sequences of the same prompt; their partial last blocks are separate.
     engine_options.n_spare_blocks = 2;
     if (engine_options.n_ctx < 1) throw_error("nothing to measure: every -p and -n is 0 and scenarios are off");
-    const int32_t model_n_ctx = ModelFile::open(o.model_path)->config().n_ctx;
+    const int32_t model_n_ctx = ModelFile::open(flags.model_path)->config().n_ctx;
     if (model_n_ctx < engine_options.n_ctx)
         throw_error("{}: the plan needs a context of {} tokens, more than the model's {} (lower -p, -n, -d or "
-                    "--scenario-tokens)", o.model_path, engine_options.n_ctx, model_n_ctx);
-    Engine engine(o.model_path, engine_options);
+                    "--scenario-tokens)", flags.model_path, engine_options.n_ctx, model_n_ctx);
+    Engine engine(flags.model_path, engine_options);
 
     const bool on_terminal = isatty(STDERR_FILENO);
     BenchProgress progress = [&](const std::string& what) {
@@ -149,11 +146,11 @@ int cmd_bench(const BenchOptions& o) {
     };
 
     Report report;
-    report.model_name = std::filesystem::path(o.model_path).stem().string();
+    report.model_name = std::filesystem::path(flags.model_path).stem().string();
     report.model_bytes = engine.model().file_size();
     report.n_params = engine.model().config().n_params();
     report.backend = engine.backend().name();
-    report.n_threads = o.n_threads;
+    report.n_threads = flags.n_threads;
     report.peaks = engine.backend().peaks();
 
     BenchPlan plan;
@@ -165,10 +162,11 @@ int cmd_bench(const BenchOptions& o) {
     if (o.scenarios) {
         report.scenarios = run_cache_scenarios(engine, scenario_tokens, o.n_reps, progress);
         if (progress) progress("cold start");
-        std::vector<std::string> command = {self_executable(), "run", "-m", o.model_path, "-p", "Hello", "-n", "1",
-                                            "--temp", "0", "-q", "--device", o.device, "-c", "64",
-                                            "--kv-dtype", o.kv_dtype};
-        if (o.n_threads > 0) command.insert(command.end(), {"-t", std::to_string(o.n_threads)});
+        std::vector<std::string> command = {self_executable(), "run", "-m", flags.model_path, "-p", "Hello", "-n", "1",
+                                            "--temp", "0", "-q", "--device", flags.device, "-c", "64",
+                                            "--kv-dtype", flags.kv_dtype, "--block-size",
+                                            std::to_string(flags.block_size)};
+        if (flags.n_threads > 0) command.insert(command.end(), {"-t", std::to_string(flags.n_threads)});
         report.scenarios.push_back({"cold start", 0, 0, time_process(command, o.n_reps),
                                     "new process: load, first token, exit (page cache warm)"});
     }

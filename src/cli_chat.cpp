@@ -63,9 +63,8 @@ std::string stats_text(Engine& engine, const GenerationResult& r) {
 // The session a chat saves to: its lock is held while it is current.
 class ChatStore {
 public:
-    ChatStore(const std::string& dir, const std::string& quota)
-        : store_(dir.empty() ? SessionStore::default_dir() : dir),
-          quota_(quota.empty() ? kDefaultSessionQuota : parse_byte_size(quota, "--session-quota")) {}
+    explicit ChatStore(const SessionFlags& flags)
+        : store_(session_store_dir(flags.dir)), quota_(session_quota_bytes(flags.quota)) {}
 
     const std::string& name() const { return name_; }
     std::string state_path(const std::string& name) const { return store_.chat_path(name); }
@@ -247,9 +246,16 @@ private:
 
     void info(const std::string& text) { std::fprintf(stderr, "%s\n", text.c_str()); }
 
+    // Bytes the vocabulary has no token for are dropped by the tokenizer: say so rather than silently.
+    void warn_dropped_bytes(const std::string& text, const char* what) {
+        if (std::string w = engine_.tokenizer().dropped_bytes_warning(text, what); !w.empty())
+            std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
+    }
+
     // Returns false to exit.
     bool handle(const std::string& message) {
         if (message[0] != '/') {
+            warn_dropped_bytes(message, "the message");
             answer([&](Sampler& sampler, const TextCallback& on_text) {
                 return chat_.send(message, options_.n_predict, sampler, on_text, &g_interrupt);
             });
@@ -268,6 +274,7 @@ private:
                 chat_.reset();
                 info("(new conversation)");
             } else if (command == "/system") {
+                warn_dropped_bytes(argument, "the system prompt");
                 chat_.reset(argument);
                 info(argument.empty() ? "(new conversation without a system prompt)"
                                       : "(new conversation with this system prompt)");
@@ -381,25 +388,21 @@ int cmd_chat(const ChatOptions& options) {
         while (!system.empty() && (system.back() == '\n' || system.back() == '\r')) system.pop_back();
     }
 
-    EngineOptions engine_options;
-    engine_options.device = options.device;
-    engine_options.n_threads = options.n_threads;
-    engine_options.n_ctx = options.n_ctx;
-    engine_options.block_size = options.block_size;
-    engine_options.kv_dtype = parse_kv_dtype(options.kv_dtype);
-    parse_kv_mem(options.kv_mem, &engine_options);
+    EngineOptions engine_options = to_engine_options(options.engine);
     // Room to copy-on-write a shared last block after /undo or /load.
     engine_options.n_spare_blocks = 1;
     engine_options.quiet = !options.verbose;
-    Engine engine(options.model_path, engine_options);
+    Engine engine(options.engine.model_path, engine_options);
     ChatSession chat(engine, load_chat_template(engine, options.chat_template), system);
+    if (std::string w = engine.tokenizer().dropped_bytes_warning(system, "the system prompt"); !w.empty())
+        std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
 
-    ChatStore store(options.session_dir, options.session_quota);
-    if (!options.session.empty()) {
-        store.open(options.session, engine, chat);
+    ChatStore store(options.session);
+    if (!options.session.name.empty()) {
+        store.open(options.session.name, engine, chat);
         if (!chat.transcript().empty())
-            std::fprintf(stderr, "kvlm: continuing session '%s': %zu messages, %zu tokens\n", options.session.c_str(),
-                         chat.messages().size(), chat.transcript().size());
+            std::fprintf(stderr, "kvlm: continuing session '%s': %zu messages, %zu tokens\n",
+                         options.session.name.c_str(), chat.messages().size(), chat.transcript().size());
     }
 
     struct sigaction action {};

@@ -142,21 +142,19 @@ int cmd_run(const RunOptions& options) {
     if (options.n_samples < 1) throw_error("--samples: {} is not valid (need at least 1)", options.n_samples);
     std::string prompt = read_prompt(options);
 
-    EngineOptions engine_options;
-    engine_options.device = options.device;
-    engine_options.n_threads = options.n_threads;
-    engine_options.n_ctx = options.n_ctx;
-    engine_options.block_size = options.block_size;
-    engine_options.kv_dtype = parse_kv_dtype(options.kv_dtype);
-    parse_kv_mem(options.kv_mem, &engine_options);
+    EngineOptions engine_options = to_engine_options(options.engine);
     // A fork writing past the prompt copies the prompt's shared last block: one block beyond the context.
     engine_options.n_spare_blocks = options.n_samples > 1 ? 1 : 0;
     engine_options.quiet = options.quiet;
-    Engine engine(options.model_path, engine_options);
+    Engine engine(options.engine.model_path, engine_options);
 
     std::vector<int32_t> prompt_ids = tokenize_prompt(engine, options, prompt);
+    if (!options.quiet)  // the tokenizer drops bytes it has no token for: say so
+        for (std::string w : {engine.tokenizer().dropped_bytes_warning(prompt, "the prompt"),
+                              engine.tokenizer().dropped_bytes_warning(options.system, "--system")})
+            if (!w.empty()) std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
     double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
-    if (!options.session.empty()) {  // restore, generate, save: cli_session.cpp
+    if (!options.session.name.empty()) {  // restore, generate, save: cli_session.cpp
         bool newline_last = true;
         GenerationResult result = run_session_turn(engine, options, prompt, prompt_ids, [&](const std::string& text) {
             std::fwrite(text.data(), 1, text.size(), stdout);

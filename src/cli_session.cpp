@@ -20,8 +20,6 @@ namespace kvlm {
 
 namespace {
 
-std::string resolve_dir(const std::string& dir) { return dir.empty() ? SessionStore::default_dir() : dir; }
-
 std::string human_bytes(uint64_t n) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = double(n);
@@ -109,7 +107,7 @@ int session_verify(SessionStore& store, const std::string& name) {
 }  // namespace
 
 int cmd_session(const SessionOptions& options) {
-    SessionStore store(resolve_dir(options.dir));
+    SessionStore store(session_store_dir(options.dir));
     const std::string& a = options.action;
     bool needs_name = a == "show" || a == "rm" || a == "pin" || a == "unpin";
     if (needs_name && options.name.empty()) throw_error("kvlm session {}: NAME is required", a);
@@ -149,16 +147,16 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
     if (options.chat)
         throw_error("--chat with --session is not supported yet: use plain-text prompts with --session");
     if (options.n_samples != 1) throw_error("--samples with --session is not supported");
-    SessionStore store(resolve_dir(options.session_dir));
-    uint64_t quota = options.session_quota.empty() ? kDefaultSessionQuota
-                                                    : parse_byte_size(options.session_quota, "--session-quota");
-    FileLock lock = store.lock_session(options.session);  // held until the save is done
+    const std::string& name = options.session.name;
+    SessionStore store(session_store_dir(options.session.dir));
+    uint64_t quota = session_quota_bytes(options.session.quota);
+    FileLock lock = store.lock_session(name);  // held until the save is done
 
     using Clock = std::chrono::steady_clock;
     auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     Sequence seq;
     auto restore_start = Clock::now();
-    RestoredSession restored = restore_session(engine, store, options.session, seq);
+    RestoredSession restored = restore_session(engine, store, name, seq);
     double restore_seconds = seconds_since(restore_start);
     for (const std::string& w : restored.warnings) std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
     PrefixCache& cache = engine.prefix_cache();
@@ -168,7 +166,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         std::vector<int32_t> new_ids =
             restored.existed ? engine.tokenizer().encode(prompt, /*add_bos=*/false, /*parse_special=*/true)
                              : fresh_prompt_ids;
-        if (restored.existed) check_session_fits(engine, options.session, restored.transcript.size(), new_ids.size());
+        if (restored.existed) check_session_fits(engine, name, restored.transcript.size(), new_ids.size());
         std::vector<int32_t> prompt_ids = tokens_to_prefill(engine, seq, restored, new_ids);
         int32_t n_restored = seq.table.n_tokens;
         Sampler sampler(options.sampling);
@@ -176,7 +174,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         result.n_restored = n_restored;
         result.n_prompt += n_restored;
         auto save_start = Clock::now();
-        int32_t n_written = save_session(engine, store, options.session, seq, result.transcript, restored, quota);
+        int32_t n_written = save_session(engine, store, name, seq, result.transcript, restored, quota);
         if (options.verbose) {  // the figures bench/sessions.sh reports
             double block_mib = double(engine.backend().kv_block_bytes()) / (1024.0 * 1024.0);
             double restored_mib = block_mib * double(seq.table.blocks.size() ? (n_restored + engine.pool().block_size() - 1) /
@@ -185,7 +183,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
             std::fprintf(stderr,
                          "kvlm: session %s: restored %d tokens (%.2f MiB of KV) in %.4f s (%.2f GB/s); saved %d new "
                          "block files (%.2f MiB) in %.4f s\n",
-                         options.session.c_str(), n_restored, restored_mib, restore_seconds,
+                         name.c_str(), n_restored, restored_mib, restore_seconds,
                          restore_seconds > 0 ? restored_mib * 1048576.0 / 1e9 / restore_seconds : 0.0, n_written,
                          block_mib * n_written, seconds_since(save_start));
         }

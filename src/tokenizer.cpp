@@ -191,6 +191,15 @@ std::string Tokenizer::bytes_without_token(std::string_view text) const {
     return impl_->is_spm ? std::string() : impl_->bpe->bytes_without_token(text);
 }
 
+std::string Tokenizer::dropped_bytes_warning(std::string_view text, std::string_view what) const {
+    const std::string dropped = bytes_without_token(text);
+    if (dropped.empty()) return "";
+    std::string list;
+    for (char c : dropped) list += fmt::format("{}\\x{:02x}", list.empty() ? "" : ", ", static_cast<uint8_t>(c));
+    return fmt::format("{} has bytes with no token in this vocabulary ({}): they are dropped (as Hugging Face "
+                       "tokenizers and llama.cpp do)", what, list);
+}
+
 std::string Tokenizer::decode_token(int32_t id) const {
     // Ids past the vocabulary occur with padded embedding matrices; they contribute nothing.
     if (id < 0 || id >= n_vocab()) return "";

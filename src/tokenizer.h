@@ -27,6 +27,10 @@ public:
     // The distinct byte values of `text` (ascending) that encode drops; always "" for SentencePiece-style
     // vocabularies (their unknown characters become byte-fallback tokens or unk, never nothing).
     std::string bytes_without_token(std::string_view text) const;
+    // "" when encode keeps every byte of `text`; otherwise a warning naming the dropped bytes, e.g.
+    // "the prompt has bytes with no token in this vocabulary (\x04, \x06): they are dropped (as Hugging Face
+    // tokenizers and llama.cpp do)". `what` names the text ("the prompt").
+    std::string dropped_bytes_warning(std::string_view text, std::string_view what) const;
     // Bytes this token contributes to the output (byte-fallback and byte-level pieces decoded; control
     // tokens such as BOS/EOS give ""). May be a partial UTF-8 sequence.
     std::string decode_token(int32_t id) const;

@@ -214,6 +214,23 @@ TEST_CASE("chat: a piped 3-message conversation prefills only each new turn") {
     CHECK_MESSAGE(starts_with(r.out, run.out + "\n"), "chat: " << r.out << "\nrun: " << run.out);
 }
 
+TEST_CASE("chat: bytes SmolLM2 has no token for are dropped, with a warning naming them") {
+    std::string model = smollm2();
+    if (model.empty()) return;
+    const std::string warning = "has bytes with no token in this vocabulary (\\x04): they are dropped";
+    CliResult chatted = chat(model, "Hi\x04!\n", {"-n", "1", "--system", "Be brief\x04."});
+    REQUIRE_MESSAGE(chatted.exit_code == 0, chatted.err);
+    CHECK_MESSAGE(chatted.err.find("the system prompt " + warning) != std::string::npos, chatted.err);
+    CHECK_MESSAGE(chatted.err.find("the message " + warning) != std::string::npos, chatted.err);
+    // The same text without the byte gives the same answer: nothing (not <|endoftext|>) took its place.
+    CliResult with = run_kvlm({"run", "-m", model, "--chat", "-p", "Name a color\x04.", "--temp", "0", "-n", "8"});
+    CliResult without = run_kvlm({"run", "-m", model, "--chat", "-p", "Name a color.", "--temp", "0", "-n", "8"});
+    REQUIRE_MESSAGE(with.exit_code == 0, with.err);
+    CHECK_MESSAGE(with.err.find("the prompt " + warning) != std::string::npos, with.err);
+    CHECK(without.err.find("no token in this vocabulary") == std::string::npos);
+    CHECK(with.out == without.out);
+}
+
 TEST_CASE("chat: /undo and /regenerate give the same answer again under greedy") {
     std::string model = smollm2();
     if (model.empty()) return;

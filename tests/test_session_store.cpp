@@ -183,8 +183,8 @@ TEST_CASE("session: 3 turns in one engine == 3 turns restored from disk (tokens,
 
     TempDir dir;
     RunOptions options;
-    options.session = "conv";
-    options.session_dir = dir.path();
+    options.session.name = "conv";
+    options.session.dir = dir.path();
     options.n_predict = 24;
     options.sampling = greedy;
     size_t transcript_size = 0;
@@ -215,8 +215,8 @@ TEST_CASE("session: restore is transactional and never past what verifies") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     TempDir dir;
     RunOptions options;
-    options.session = "s";
-    options.session_dir = dir.path();
+    options.session.name = "s";
+    options.session.dir = dir.path();
     options.n_predict = 40;
     options.sampling.temperature = 0;
     {
@@ -272,12 +272,12 @@ TEST_CASE("session: two sessions with the same system prompt share its blocks; r
     std::string system = "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
                          "sunshine with her dog, and every day she";
     RunOptions options;
-    options.session_dir = dir.path();
+    options.session.dir = dir.path();
     options.n_predict = 4;
     options.sampling.temperature = 0;
     auto turn = [&](const std::string& name, const std::string& prompt) {
         Engine engine(stories(), quiet_engine());
-        options.session = name;
+        options.session.name = name;
         return run_session_turn(engine, options, prompt, engine.tokenizer().encode(prompt, true, true),
                                 [](const std::string&) {});
     };

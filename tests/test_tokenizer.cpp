@@ -189,6 +189,10 @@ TEST_CASE("tokenizer: bytes without a token are dropped and reported") {
     CHECK(tokenizer.bytes_without_token("a\x06" "b\x04\x04") == "\x04\x06");
     CHECK(tokenizer.bytes_without_token("plain text\n\t\x1b") == "");
     CHECK(tokenizer.encode("\x04", false).empty());
+    CHECK(tokenizer.dropped_bytes_warning("a\x06" "b\x04", "the prompt") ==
+          "the prompt has bytes with no token in this vocabulary (\\x04, \\x06): they are dropped (as Hugging Face "
+          "tokenizers and llama.cpp do)");
+    CHECK(tokenizer.dropped_bytes_warning("fine", "the prompt") == "");
 
     const std::string spm_path = data_path("tokenizers/llama2/tokenizer.model");
     if (!have_data(spm_path)) return;
