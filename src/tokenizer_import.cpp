@@ -77,12 +77,16 @@ void apply_config_json(TokenizerData& data, const nlohmann::json& config, const 
         const auto& added = config["added_tokens_decoder"];
         if (!added.is_object()) throw_error("{}: added_tokens_decoder is not an object", config_path);
         for (const auto& [key, value] : added.items()) {
+            // A whole decimal number: std::stoll alone would take "12abc" as 12.
             int64_t id = -1;
+            size_t used = 0;
             try {
-                id = std::stoll(key);
+                id = std::stoll(key, &used);
             } catch (const std::exception&) {
-                throw_error("{}: added_tokens_decoder key '{}' is not a token id", config_path, key);
+                used = 0;
             }
+            if (used == 0 || used != key.size() || !std::isdigit(static_cast<unsigned char>(key[0])))
+                throw_error("{}: added_tokens_decoder key '{}' is not a token id", config_path, key);
             const std::string content = special_token_content(value);
             if (content.empty()) throw_error("{}: added token {} has no content", config_path, key);
             const bool special = value.is_object() && value.value("special", false);

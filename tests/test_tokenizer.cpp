@@ -407,6 +407,15 @@ TEST_CASE("tokenizer: JSON fields of the wrong type and absurd token ids are err
         const std::string message = e.what();
         CHECK_MESSAGE(message.find(config_path + ": unexpected JSON structure") != std::string::npos, message);
     }
+    // added_tokens_decoder keys are whole decimal ids.
+    for (const char* key : {"12abc", "-1", " 3", "0x10", ""}) {
+        CAPTURE(key);
+        kvlm::test::write_file(config_path, std::string(R"({"added_tokens_decoder": {")") + key +
+                                                R"(": {"content": "x", "special": true}}})");
+        const std::string expected = "added_tokens_decoder key '" + std::string(key) + "' is not a token id";
+        CHECK_THROWS_WITH_AS(tokenizer_from_hf_json(json_path, config_path), doctest::Contains(expected.c_str()),
+                             kvlm::Error);
+    }
 }
 
 TEST_CASE("kvlm tokenize: ids and pieces from a converted model") {
