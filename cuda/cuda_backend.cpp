@@ -122,6 +122,7 @@ public:
         stream_ = std::make_unique<Stream>();
         cublas_ = std::make_unique<CublasHandle>();  // loads cuBLAS; throws naming the library when missing
         n_kv_blocks_ = kv_block_count(config_, options);
+        kv_pool_advice_ = kv_pool_advice(options);
         layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
 
         upload_weights(weights, show_progress);
@@ -196,10 +197,10 @@ public:
             CUDA_CHECK(cudaStreamSynchronize(stream()));
             int32_t* host = reinterpret_cast<int32_t*>(ints_host_->data());
             std::memcpy(host, tokens + start, size_t(n) * sizeof(int32_t));
-            for (int32_t t = 0; t < n; t++) host[max_batch_ + t] = pos + start + t;
-            std::memcpy(host + 2 * max_batch_, table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
+            for (int32_t t = 0; t < n; t++) host[positions_at() + t] = pos + start + t;
+            std::memcpy(host + table_at(), table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
             // One upload: tokens, positions, then the block table (only the parts in use).
-            CUDA_CHECK(cudaMemcpyAsync(ints_, host, size_t(2 * max_batch_ + n_blocks_used) * sizeof(int32_t),
+            CUDA_CHECK(cudaMemcpyAsync(ints_, host, size_t(table_at() + n_blocks_used) * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream()));
             forward_batch(n, pos + start, out, all_logits);
         }
@@ -288,9 +289,9 @@ private:
         kv_ = static_cast<char*>(arena_.try_alloc(total));
         if (!kv_)
             throw_error("cuda backend: the KV pool of {} blocks ({}, {} tokens per block, {}) does not fit in "
-                        "device memory after the weights{}; lower --kv-mem or --ctx-size (-c)",
+                        "device memory after the weights{}; {}",
                         n_kv_blocks_, byte_size_text(total), layout_.block_size, dtype_name(layout_.dtype),
-                        DeviceArena::free_memory_note());
+                        DeviceArena::free_memory_note(), kv_pool_advice_);
         CUDA_CHECK(cudaMemsetAsync(kv_, 0, total, stream()));
     }
 
@@ -328,7 +329,7 @@ private:
     void ensure_table_capacity(int64_t n_blocks) {
         if (n_blocks <= table_capacity_) return;
         CUDA_CHECK(cudaStreamSynchronize(stream()));
-        size_t count = size_t(2 * max_batch_ + n_blocks);
+        size_t count = size_t(table_at() + n_blocks);
         ints_ = arena_.alloc<int32_t>(count, "the block table");  // the old one stays in the arena until the end
         ints_host_ = std::make_unique<PinnedBuffer>(count * sizeof(int32_t));
         table_capacity_ = n_blocks;
@@ -363,7 +364,7 @@ private:
     void forward_batch(int32_t n, int32_t pos, float* logits, bool all_logits) {
         const ModelConfig& c = config_;
         const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim, kv_dim = int32_t(layout_.row_elements());
-        const int32_t *tokens = ints_, *positions = ints_ + max_batch_, *block_table = ints_ + 2 * max_batch_;
+        const int32_t *tokens = ints_, *positions = ints_ + positions_at(), *block_table = ints_ + table_at();
         cudaStream_t s = stream();
         const auto f32 = [](const TensorView& v) { return static_cast<const float*>(v.data); };
 
@@ -430,13 +431,16 @@ private:
         const int64_t n_blocks_used = int64_t(pos) / layout_.block_size + 1;
         ensure_table_capacity(n_blocks_used);  // clears the graphs when ints_ moves
         int32_t* host = reinterpret_cast<int32_t*>(ints_host_->data());
-        host[0] = token;
-        host[max_batch_] = pos;
-        std::memcpy(host + 2 * max_batch_, table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
-        CUDA_CHECK(cudaMemcpyAsync(ints_, host, size_t(2 * max_batch_ + n_blocks_used) * sizeof(int32_t),
+        host[decode_at()] = token;
+        host[decode_at() + 1] = pos;
+        std::memcpy(host + table_at(), table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
+        // One small upload (token, position, the table's blocks in use), not the batch slots.
+        CUDA_CHECK(cudaMemcpyAsync(ints_ + decode_at(), host + decode_at(),
+                                   size_t(table_at() - decode_at() + n_blocks_used) * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, stream()));
         const int32_t n_splits =
-            paged_attention_split_count(1, config_.n_heads, pos + 1, prop_.multiProcessorCount, attention_);
+            paged_attention_split_count(1, config_.n_heads, layout_.n_kv_heads, pos + 1, prop_.multiProcessorCount,
+                                        attention_);
         if (use_graphs_) decode_graphs_.launch(n_splits, stream(), [&] { enqueue_decode(n_splits); });
         else enqueue_decode(n_splits);
         CUDA_CHECK(cudaMemcpyAsync(logits, logits_, size_t(config_.n_vocab) * sizeof(float), cudaMemcpyDeviceToHost,
@@ -448,7 +452,7 @@ private:
     void enqueue_decode(int32_t n_splits) {
         const ModelConfig& c = config_;
         const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim, kv_dim = int32_t(layout_.row_elements());
-        const int32_t *tokens = ints_, *positions = ints_ + max_batch_, *block_table = ints_ + 2 * max_batch_;
+        const int32_t *tokens = ints_ + decode_at(), *positions = tokens + 1, *block_table = ints_ + table_at();
         cudaStream_t s = stream();
         const auto f32 = [](const TensorView& v) { return static_cast<const float*>(v.data); };
         const auto output = [](float* out, const TensorView& w, const TensorView* bias, int32_t n_out) {
@@ -491,6 +495,7 @@ private:
     ModelWeights weights_;  // views into device memory
     KvLayout layout_;
     int32_t n_kv_blocks_ = 0;
+    std::string kv_pool_advice_;  // the options to change when the pool does not fit
     int32_t max_batch_ = 1;
     char* kv_ = nullptr;  // [n_kv_blocks] block records
     // Scratch for one batch: x/h [max_batch, n_embd], q/att [max_batch, n_heads*head_dim],
@@ -500,7 +505,13 @@ private:
     float *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr, *inv_freq_ = nullptr;  // inv_freq [head_dim / 2]
     uint16_t* converted_ = nullptr;
     AttentionScratch attention_;
-    int32_t* ints_ = nullptr;  // [max_batch] tokens, [max_batch] positions, [table_capacity] block table
+    // ints_: [max_batch] tokens and [max_batch] positions of a batch, the decode step's token and position,
+    // then [table_capacity] block table; the decode pair sits next to the table so that a decode step uploads
+    // 2 + n_blocks ints in one copy.
+    int32_t positions_at() const { return max_batch_; }
+    int32_t decode_at() const { return 2 * max_batch_; }
+    int32_t table_at() const { return 2 * max_batch_ + 2; }
+    int32_t* ints_ = nullptr;
     std::unique_ptr<PinnedBuffer> ints_host_;  // pinned mirror of ints_
     int64_t table_capacity_ = 0;
     bool fused_decode_ = false;  // single-token steps use the fused decode kernels (gate and up share a dtype)

@@ -42,9 +42,11 @@ void launch_kv_write(void* kv,                    // [n_blocks] block records, s
                      int32_t n, cudaStream_t stream);
 
 // paged_attention.cu: causal GQA attention through the block table; query t of head h attends keys
-// 0..positions[t] of kv head h / (n_heads / n_kv_heads). The key range of each (t, h) is split into up
-// to `max_splits` pieces run by separate thread blocks (flash-decoding) and merged by a second kernel when
-// more than one is used; `partials` is scratch for that merge.
+// 0..positions[t] of kv head h / (n_heads / n_kv_heads). A thread block takes the query heads of one GQA
+// group (up to 8; larger groups in equal chunks), so each K/V row it reads serves all of them. The key range
+// of each query is split into up to 1024 pieces run by separate thread blocks (flash-decoding) and merged
+// by a second kernel when more than one is used; `partials` is scratch for that merge, one row per
+// (token, query head, split).
 // max_keys = max(positions) + 1 (host-known, it picks the split count); n_sms = multiprocessors to fill.
 struct AttentionScratch {
     float* partials = nullptr;  // [max_rows, kCudaMaxHeadDim + 2]: unnormalised output, max, sum
@@ -69,7 +71,7 @@ void launch_paged_attention_splits(float* out, const float* q, const void* kv, c
                                    int32_t n_heads, int32_t n_splits, const AttentionScratch& scratch,
                                    cudaStream_t stream);
 // The split count launch_paged_attention picks for these arguments (1 = unsplit).
-int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t max_keys, int32_t n_sms,
+int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t max_keys, int32_t n_sms,
                                     const AttentionScratch& scratch);
 
 // prefill_attention.cu: causal GQA attention for a prefill batch on tensor cores, flash-attention style:

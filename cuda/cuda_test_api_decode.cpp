@@ -16,13 +16,13 @@ namespace kvlm::cuda_test {
 
 // Not in cuda_test_api.h (whose declarations are fixed): tests/test_cuda_decode_kernels.cpp declares it
 // itself. The split count launch_paged_attention picks, with scratch_rows rows of scratch (0: none).
-int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t max_keys, int32_t n_sms,
+int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t max_keys, int32_t n_sms,
                                     int64_t scratch_rows) {
     AttentionScratch scratch;
     // Only the pointer's presence matters to the split choice; it is never dereferenced here.
     static float placeholder;
     if (scratch_rows > 0) scratch.partials = &placeholder, scratch.max_rows = scratch_rows;
-    return kvlm::paged_attention_split_count(n, n_heads, max_keys, n_sms, scratch);
+    return kvlm::paged_attention_split_count(n, n_heads, n_kv_heads, max_keys, n_sms, scratch);
 }
 
 void paged_attention_splits(float* out, const float* q, const void* kv, int32_t n_blocks, const KvLayout& layout,

@@ -1,14 +1,29 @@
-// Paged attention (decode and prefill) over the block table, flash-decoding style: thread block
-// (split, head, token) walks its share of the keys in tiles of kAttnTile with an online softmax; when a
-// query's keys are split over several blocks, attention_combine_kernel merges the partial results.
+// Paged attention for decode steps and short batches over the block table, flash-decoding style.
+//
+// Layout. Thread block (split, kv head x head chunk, token) computes attention for up to kMaxGroupHeads
+// query heads of one GQA group: they all read the same K and V rows, so each row is loaded once per block
+// and used by every head of the chunk (the block count and the K/V bytes read fall by the group size; a
+// group larger than kMaxGroupHeads is split into ceil(G / kMaxGroupHeads) chunks of equal size, each its own
+// block). The block walks its share of the keys in tiles of kAttnTile with an online softmax per head:
+//   - scores: groups of key_lanes lanes take one K row each; a lane loads units gl, gl + key_lanes, ... of
+//     the row (16-byte chunks when head_dim * sizeof(T) is a multiple of 16, else single elements), holds
+//     the matching elements of every head's query in registers (queries staged as f32 in shared memory),
+//     and the group's partial dot products are summed with shuffles;
+//   - softmax: one warp per head, f32 max / sum / correction per head, probabilities in shared [heads][tile];
+//   - output: each thread owns one unit of the V rows (two elements per thread on the scalar path past
+//     head_dim 128) and accumulates it into every head's accumulator in registers; when a row has fewer units
+//     than threads, key_groups rows are accumulated side by side and summed, in group order, at the end.
 // Keys are visited in increasing position within a split and splits merge in order, so the result does not
-// depend on the physical block order. GQA: query head h reads kv head h / (n_heads / n_kv_heads).
+// depend on the physical block order; no atomics. When a query's keys are split over several blocks,
+// attention_combine_kernel merges the partial results ([n, n_heads, n_splits, kPartialStride] rows).
 // The split length is either fixed by the host (launch_paged_attention, from max_keys) or derived per query
 // on the device from its position (launch_paged_attention_splits, for CUDA graphs replayed as the context
 // grows); a split starting past its query's last key writes max -inf, sum 0 and weighs nothing.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
@@ -17,29 +32,127 @@
 namespace kvlm {
 
 namespace {
-constexpr int kAttnThreads = 128;                                  // 4 warps
-constexpr int kAttnTile = kAttnThreads;                            // keys per tile: one probability per thread
-constexpr int kDimsPerThread = kCudaMaxHeadDim / kAttnThreads;     // output dims each thread accumulates
-constexpr int kPartialStride = kCudaMaxHeadDim + 2;                // floats per partial row: acc, max, sum
-constexpr int32_t kMinKeysPerSplit = 256;                          // shorter contexts are not split
+constexpr int kAttnThreads = 128;                    // 4 warps
+constexpr int kAttnWarps = kAttnThreads / 32;
+constexpr int kAttnTile = 128;                       // keys per tile
+constexpr int kMaxGroupHeads = 8;                    // query heads per thread block
+constexpr int kLaneSlots = 8;                        // row elements per lane in the score loop (8 * 32 = 256)
+constexpr int kLoadBatch = 4;                        // K or V rows each thread has in flight
+constexpr int kPartialStride = kCudaMaxHeadDim + 2;  // floats per partial row: acc, max, sum
+constexpr int32_t kMinKeysPerSplit = 256;            // shorter contexts are not split
 constexpr int32_t kMaxSplits = 1024;
+static_assert(kLaneSlots * 32 >= kCudaMaxHeadDim, "a K row must fit in one warp's lane slots");
+// The key groups' accumulators of one head (at most kAttnThreads units of 8 elements) are summed in q_s.
+static_assert(kMaxGroupHeads * kCudaMaxHeadDim >= kAttnThreads * 8, "q_s holds one head's key groups");
+
+// How a launch maps heads and rows onto its blocks and threads (host-computed, uniform over the grid).
+struct AttnGeometry {
+    int32_t group;            // query heads per kv head
+    int32_t heads_per_block;  // query heads a full chunk takes (1..kMaxGroupHeads)
+    int32_t head_chunks;      // blocks per (kv head, split, token): ceil(group / heads_per_block)
+    int32_t units;            // units per row: 16-byte chunks (vector path) or elements (scalar path)
+    int32_t key_lanes;        // lanes per K row in the score loop: a power of two, >= min(units, 32)
+    int32_t key_groups;       // V rows accumulated side by side: max(1, kAttnThreads / units)
+};
+
+AttnGeometry attention_geometry(int32_t head_dim, int32_t n_heads, int32_t n_kv_heads, int32_t unit_elements) {
+    AttnGeometry g;
+    g.group = n_heads / n_kv_heads;
+    const int32_t chunks = (g.group + kMaxGroupHeads - 1) / kMaxGroupHeads;
+    g.heads_per_block = (g.group + chunks - 1) / chunks;  // chunks of equal size, the last one possibly shorter
+    g.head_chunks = (g.group + g.heads_per_block - 1) / g.heads_per_block;
+    g.units = head_dim / unit_elements;
+    g.key_lanes = 1;
+    while (g.key_lanes < g.units && g.key_lanes < 32) g.key_lanes *= 2;
+    g.key_groups = std::max(1, kAttnThreads / g.units);
+    return g;
+}
+
+// K and V rows are streamed: within a block each byte is read once, so they stay out of L1. The same
+// instruction as gemv.cu's weight loads (the emulator checks its 16-byte alignment).
+__device__ __forceinline__ uint4 load_kv16(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int k) {
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+// Element `half` (0: low, 1: high) of two 16-bit values packed in a 32-bit word (little-endian).
+__device__ __forceinline__ float unpack_half(uint32_t word, int half, __half) {
+    return __half2float(__ushort_as_half((unsigned short)(half ? word >> 16 : word & 0xffffu)));
+}
+__device__ __forceinline__ float unpack_half(uint32_t word, int half, __nv_bfloat16) {  // bf16: an f32's top half
+    return __uint_as_float(half ? word & 0xffff0000u : word << 16);
+}
+
+// N units of one row held by one thread: units first, first + stride, ... as raw 16-byte chunks (Vec) or
+// f32 elements; units past the row's end read as zero (never loaded).
+template <typename T, bool Vec, int N>
+struct RowFrag {
+    static constexpr int kUnitElements = Vec ? 16 / int(sizeof(T)) : 1;
+    static constexpr int kElements = N * kUnitElements;
+    std::conditional_t<Vec, uint4, float> raw[N];
+
+    __device__ __forceinline__ void load(const T* row, int first, int stride, int units) {
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const int u = first + i * stride;
+            if constexpr (Vec)
+                raw[i] = u < units ? load_kv16(reinterpret_cast<const uint4*>(row) + u) : make_uint4(0, 0, 0, 0);
+            else
+                raw[i] = u < units ? load_f32(row, u) : 0.0f;
+        }
+    }
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            if constexpr (Vec) raw[i] = make_uint4(0, 0, 0, 0);
+            else raw[i] = 0.0f;
+        }
+    }
+    // Element e (0..kElements-1; a constant after unrolling) as f32: element e % kUnitElements of unit i = e /
+    // kUnitElements, which is row element (first + i * stride) * kUnitElements + e % kUnitElements.
+    __device__ __forceinline__ float get(int e) const {
+        if constexpr (!Vec) {
+            return raw[e];
+        } else {
+            const uint4& c = raw[e / kUnitElements];
+            const int k = e % kUnitElements;
+            if constexpr (sizeof(T) == 4) return __uint_as_float(word_of(c, k));
+            else return unpack_half(word_of(c, k / 2), k % 2, T());
+        }
+    }
+};
+
 }  // namespace
 
-template <typename T>
+template <typename T, bool Vec>
 __global__ void __launch_bounds__(kAttnThreads)
     paged_attention_kernel(float* out,                  // [n, n_heads, head_dim] (when gridDim.x == 1)
                            float* partials,             // [n, n_heads, n_splits, kPartialStride] (otherwise)
                            const float* q,              // [n, n_heads, head_dim]
-                           const T* kv,                 // [n_blocks] block records
+                           const T* kv,                 // [n_blocks] block records (16-byte aligned if Vec)
                            KvLayout layout, int32_t layer,
                            const int32_t* block_table,  // [>= max(positions) / block_size + 1]
                            const int32_t* positions,    // [n]
-                           int32_t n_heads,
+                           int32_t n_heads, AttnGeometry geo,
                            int32_t keys_per_split,  // <= 0: ceil(n_keys / n_splits) rounded up to kAttnTile
                            float scale) {
-    const int32_t split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, n_splits = gridDim.x;
+    // Units of a K row per lane in the score loop, of a V row per thread in the output loop (the scalar path
+    // takes units tid and tid + kAttnThreads when head_dim > kAttnThreads).
+    using KFrag = RowFrag<T, Vec, Vec ? kLaneSlots * int(sizeof(T)) / 16 : kLaneSlots>;
+    using VFrag = RowFrag<T, Vec, Vec ? 1 : 2>;
+    static_assert(KFrag::kElements == kLaneSlots, "score fragments hold kLaneSlots elements");
+
+    const int32_t split = blockIdx.x, t = blockIdx.z, n_splits = gridDim.x;
+    const int32_t kv_head = blockIdx.y / geo.head_chunks, chunk = blockIdx.y % geo.head_chunks;
+    const int32_t head0 = kv_head * geo.group + chunk * geo.heads_per_block;  // first query head of the block
+    const int32_t hc = min(geo.heads_per_block, geo.group - chunk * geo.heads_per_block);  // heads it takes
     const int32_t head_dim = layout.head_dim, block_size = layout.block_size;
-    const int32_t kv_head = h / (n_heads / layout.n_kv_heads);
     const int32_t n_keys = positions[t] + 1;
     int64_t split_keys = keys_per_split;
     if (split_keys <= 0) {
@@ -47,13 +160,16 @@ __global__ void __launch_bounds__(kAttnThreads)
         split_keys = (split_keys + kAttnTile - 1) / kAttnTile * kAttnTile;
     }
     const int64_t begin64 = split * split_keys;  // 64-bit: split * split_keys may pass INT32_MAX
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, n_warps = kAttnThreads / 32;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    auto partial_row = [&](int h) {
+        return partials + ((int64_t(t) * n_heads + head0 + h) * n_splits + split) * kPartialStride;
+    };
     if (begin64 >= n_keys) {
         // An empty split (more splits than this query's keys need) weighs nothing: max -inf, sum 0. The
         // combine kernel never reads the accumulator of a row with sum 0, so it is left unwritten.
         // The whole block returns here (the condition is uniform), before any barrier.
-        if (n_splits > 1 && tid == 0) {
-            float* part = partials + ((int64_t(t) * n_heads + h) * n_splits + split) * kPartialStride;
+        if (n_splits > 1 && tid < hc) {
+            float* part = partial_row(tid);
             part[kCudaMaxHeadDim] = -INFINITY;
             part[kCudaMaxHeadDim + 1] = 0.0f;
         }
@@ -62,21 +178,42 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int32_t begin = int32_t(begin64);
     const int32_t end = int32_t(min(begin64 + split_keys, int64_t(n_keys)));
 
-    __shared__ float q_s[kCudaMaxHeadDim];
-    __shared__ float p_s[kAttnTile];        // scores, then probabilities, of the current tile
-    __shared__ int64_t offset_s[kAttnTile];  // element offset of each tile key's K row (this head, layer)
+    // q_s: the heads' queries, zero past head_dim (lanes multiply them with K elements they did not load,
+    // which read as zero); after the key loop, the buffer in which key groups' accumulators are summed.
+    __shared__ float q_s[kMaxGroupHeads * kCudaMaxHeadDim];
+    __shared__ float p_s[kMaxGroupHeads * kAttnTile];  // [head][key]: scores, then probabilities, of the tile
+    __shared__ int64_t offset_s[kAttnTile];            // element offset of each tile key's K row (kv head, layer)
+    __shared__ float corr_s[kMaxGroupHeads];           // per head: e^(old max - new max) of the current tile
+    __shared__ float m_s[kMaxGroupHeads];              // per head, after the key loop: max
+    __shared__ float l_s[kMaxGroupHeads];              // and sum
 
-    const float* qh = q + (int64_t(t) * n_heads + h) * head_dim;
-    for (int d = tid; d < head_dim; d += kAttnThreads) q_s[d] = qh[d];
+    for (int i = tid; i < hc * kCudaMaxHeadDim; i += kAttnThreads) {
+        const int h = i / kCudaMaxHeadDim, d = i % kCudaMaxHeadDim;
+        q_s[i] = d < head_dim ? q[(int64_t(t) * n_heads + head0 + h) * head_dim + d] : 0.0f;
+    }
     const int64_t row = int64_t(layout.n_kv_heads) * head_dim;
     const int64_t block_elements = int64_t(layout.n_layers) * 2 * block_size * row;
     const int64_t head_offset = int64_t(layer) * 2 * block_size * row + int64_t(kv_head) * head_dim;
     const int64_t v_delta = int64_t(block_size) * row;  // a key's V row sits block_size rows after its K row
 
-    float m = -INFINITY, l = 0.0f;
-    float acc[kDimsPerThread];
+    // Score loop: lane gl of a group of key_lanes lanes; the group takes one K row at a time.
+    const int key_lanes = geo.key_lanes, gl = lane & (key_lanes - 1);
+    const int rows_per_step = kAttnWarps * (32 / key_lanes);  // K rows the block reads side by side
+    const int first_row = warp * (32 / key_lanes) + lane / key_lanes;
+    // Output loop: thread (key group vg, unit vu).
+    const int units = geo.units, key_groups = geo.key_groups;
+    const int vg = tid / units, vu = tid % units;
+
+    // Online softmax state of head warp + i * kAttnWarps, kept by every lane of that warp.
+    constexpr int kHeadsPerWarp = kMaxGroupHeads / kAttnWarps;
+    float m[kHeadsPerWarp], l[kHeadsPerWarp];
 #pragma unroll
-    for (int i = 0; i < kDimsPerThread; i++) acc[i] = 0.0f;
+    for (int i = 0; i < kHeadsPerWarp; i++) m[i] = -INFINITY, l[i] = 0.0f;
+    float acc[kMaxGroupHeads][VFrag::kElements];
+#pragma unroll
+    for (int h = 0; h < kMaxGroupHeads; h++)
+#pragma unroll
+        for (int e = 0; e < VFrag::kElements; e++) acc[h][e] = 0.0f;
     __syncthreads();
 
     for (int32_t tile = begin; tile < end; tile += kAttnTile) {
@@ -87,58 +224,151 @@ __global__ void __launch_bounds__(kAttnThreads)
                             head_offset;
         }
         __syncthreads();
-        // Scores: one warp per key, lanes over head_dim (coalesced K row reads).
-        for (int jj = warp; jj < tile_n; jj += n_warps) {
-            const T* krow = kv + offset_s[jj];
-            float s = 0.0f;
-            for (int d = lane; d < head_dim; d += 32) s = fmaf(load_f32(krow, d), q_s[d], s);
-            for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) p_s[jj] = s * scale;
-        }
-        __syncthreads();
-        float tile_max = -INFINITY;
-        for (int jj = 0; jj < tile_n; jj++) tile_max = fmaxf(tile_max, p_s[jj]);
-        const float new_m = fmaxf(m, tile_max);
-        const float correction = expf(m - new_m);  // 0 on the first tile (m = -inf)
-        __syncthreads();  // everyone has read the scores before they become probabilities
-        if (tid < tile_n) p_s[tid] = expf(p_s[tid] - new_m);
-        __syncthreads();
-        float tile_sum = 0.0f;
-        for (int jj = 0; jj < tile_n; jj++) tile_sum += p_s[jj];
-        l = l * correction + tile_sum;
-        // Output: thread owns dims tid, tid + kAttnThreads, ...; reads of V rows are coalesced across threads.
+
+        {  // Scores. The query slice matching this lane's units, reloaded per tile (not live in the output loop).
+            float qr[kMaxGroupHeads][kLaneSlots];
 #pragma unroll
-        for (int i = 0; i < kDimsPerThread; i++) {
-            int d = tid + i * kAttnThreads;
-            if (d < head_dim) {
-                float a = acc[i] * correction;
-                for (int jj = 0; jj < tile_n; jj++) a = fmaf(p_s[jj], load_f32(kv + offset_s[jj] + v_delta, d), a);
-                acc[i] = a;
+            for (int h = 0; h < kMaxGroupHeads; h++) {
+                if (h < hc) {
+#pragma unroll
+                    for (int e = 0; e < kLaneSlots; e++) {
+                        const int u = gl + e / KFrag::kUnitElements * key_lanes;  // < 8 * key_lanes <= 256 elements
+                        qr[h][e] = q_s[h * kCudaMaxHeadDim + u * KFrag::kUnitElements + e % KFrag::kUnitElements];
+                    }
+                }
+            }
+            // Loop bounds and shuffles are uniform over the block; only the loads and stores depend on the row.
+            for (int base = 0; base < tile_n; base += rows_per_step * kLoadBatch) {
+                KFrag k[kLoadBatch];
+#pragma unroll
+                for (int b = 0; b < kLoadBatch; b++) {
+                    const int jj = base + b * rows_per_step + first_row;
+                    if (jj < tile_n) k[b].load(kv + offset_s[jj], gl, key_lanes, units);
+                    else k[b].zero();
+                }
+#pragma unroll
+                for (int b = 0; b < kLoadBatch; b++) {
+                    float s[kMaxGroupHeads];
+#pragma unroll
+                    for (int h = 0; h < kMaxGroupHeads; h++) {
+                        s[h] = 0.0f;
+                        if (h < hc) {
+#pragma unroll
+                            for (int e = 0; e < kLaneSlots; e++) s[h] = fmaf(k[b].get(e), qr[h][e], s[h]);
+                        }
+                    }
+                    for (int o = key_lanes / 2; o > 0; o /= 2) {
+#pragma unroll
+                        for (int h = 0; h < kMaxGroupHeads; h++)
+                            if (h < hc) s[h] += __shfl_xor_sync(0xffffffffu, s[h], o);
+                    }
+                    const int jj = base + b * rows_per_step + first_row;
+                    if (gl == 0 && jj < tile_n) {
+#pragma unroll
+                        for (int h = 0; h < kMaxGroupHeads; h++)
+                            if (h < hc) p_s[h * kAttnTile + jj] = s[h] * scale;
+                    }
+                }
             }
         }
-        m = new_m;
-        __syncthreads();  // p_s and offset_s are rewritten by the next tile
+        __syncthreads();
+
+        // Softmax: warp w updates heads w, w + kAttnWarps, ... (lanes over the tile's keys).
+#pragma unroll
+        for (int i = 0; i < kHeadsPerWarp; i++) {
+            const int h = warp + i * kAttnWarps;
+            if (h < hc) {  // uniform over the warp
+                float* ph = p_s + h * kAttnTile;
+                float tile_max = -INFINITY;
+                for (int jj = lane; jj < tile_n; jj += 32) tile_max = fmaxf(tile_max, ph[jj]);
+                for (int o = 16; o > 0; o /= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+                const float new_m = fmaxf(m[i], tile_max);
+                float tile_sum = 0.0f;
+                for (int jj = lane; jj < tile_n; jj += 32) {
+                    const float p = expf(ph[jj] - new_m);
+                    ph[jj] = p;
+                    tile_sum += p;
+                }
+                for (int o = 16; o > 0; o /= 2) tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, o);
+                const float correction = expf(m[i] - new_m);  // 0 on the first tile (m = -inf)
+                l[i] = l[i] * correction + tile_sum;
+                m[i] = new_m;
+                if (lane == 0) corr_s[h] = correction;
+            }
+        }
+        __syncthreads();
+
+        // Output: every V row of the tile read once, accumulated into each head.
+#pragma unroll
+        for (int h = 0; h < kMaxGroupHeads; h++) {
+            if (h < hc) {
+                const float c = corr_s[h];
+#pragma unroll
+                for (int e = 0; e < VFrag::kElements; e++) acc[h][e] *= c;
+            }
+        }
+        if (vg < key_groups) {
+            for (int base = vg; base < tile_n; base += key_groups * kLoadBatch) {
+                VFrag v[kLoadBatch];
+#pragma unroll
+                for (int b = 0; b < kLoadBatch; b++) {
+                    const int jj = base + b * key_groups;
+                    if (jj < tile_n) v[b].load(kv + offset_s[jj] + v_delta, vu, kAttnThreads, units);
+                    else v[b].zero();
+                }
+#pragma unroll
+                for (int b = 0; b < kLoadBatch; b++) {
+                    const int jj = base + b * key_groups;
+                    if (jj < tile_n) {
+#pragma unroll
+                        for (int h = 0; h < kMaxGroupHeads; h++) {
+                            if (h < hc) {
+                                const float p = p_s[h * kAttnTile + jj];
+#pragma unroll
+                                for (int e = 0; e < VFrag::kElements; e++) acc[h][e] = fmaf(p, v[b].get(e), acc[h][e]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads();  // p_s, offset_s and corr_s are rewritten by the next tile
     }
 
-    if (n_splits == 1) {
-        float* oh = out + (int64_t(t) * n_heads + h) * head_dim;
-        const float inv_l = 1.0f / l;
+    if (lane == 0) {
 #pragma unroll
-        for (int i = 0; i < kDimsPerThread; i++) {
-            int d = tid + i * kAttnThreads;
-            if (d < head_dim) oh[d] = acc[i] * inv_l;
+        for (int i = 0; i < kHeadsPerWarp; i++) {
+            const int h = warp + i * kAttnWarps;
+            if (h < hc) m_s[h] = m[i], l_s[h] = l[i];
         }
-        return;
     }
-    float* part = partials + ((int64_t(t) * n_heads + h) * n_splits + split) * kPartialStride;
+    // Per head: the key groups' accumulators into q_s ([key group][head_dim]), summed in group order.
+    float* sum_s = q_s;
 #pragma unroll
-    for (int i = 0; i < kDimsPerThread; i++) {
-        int d = tid + i * kAttnThreads;
-        if (d < head_dim) part[d] = acc[i];
-    }
-    if (tid == 0) {
-        part[kCudaMaxHeadDim] = m;
-        part[kCudaMaxHeadDim + 1] = l;
+    for (int h = 0; h < kMaxGroupHeads; h++) {
+        if (h < hc) {  // uniform over the block: every thread reaches both barriers
+            if (vg < key_groups) {
+#pragma unroll
+                for (int e = 0; e < VFrag::kElements; e++) {
+                    const int u = vu + e / VFrag::kUnitElements * kAttnThreads;
+                    if (u < units)
+                        sum_s[vg * head_dim + u * VFrag::kUnitElements + e % VFrag::kUnitElements] = acc[h][e];
+                }
+            }
+            __syncthreads();  // also publishes m_s, l_s
+            float* dst = n_splits == 1 ? out + (int64_t(t) * n_heads + head0 + h) * head_dim : partial_row(h);
+            const float inv_l = n_splits == 1 ? 1.0f / l_s[h] : 1.0f;
+            for (int d = tid; d < head_dim; d += kAttnThreads) {
+                float a = 0.0f;
+                for (int g = 0; g < key_groups; g++) a += sum_s[g * head_dim + d];
+                dst[d] = n_splits == 1 ? a * inv_l : a;
+            }
+            if (n_splits > 1 && tid == 0) {
+                dst[kCudaMaxHeadDim] = m_s[h];
+                dst[kCudaMaxHeadDim + 1] = l_s[h];
+            }
+            __syncthreads();  // sum_s is rewritten for the next head
+        }
     }
 }
 
@@ -177,19 +407,37 @@ void check_attention_args(const char* who, const KvLayout& layout, int32_t n, in
     if (layout.n_kv_heads <= 0 || n_heads % layout.n_kv_heads != 0) fail("n_heads is not a multiple of n_kv_heads");
 }
 
-// Launches the attention kernel on an (n_splits, n_heads, n) grid, then the combine kernel when
-// n_splits > 1. keys_per_split <= 0: derived per query on the device. Neither allocates nor synchronizes
+template <typename T>
+void launch_attention_kernel(float* out, float* partials, const float* q, const T* kv, const KvLayout& layout,
+                             int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
+                             int32_t n_heads, int32_t n_splits, int32_t keys_per_split, float scale,
+                             cudaStream_t stream) {
+    // 16-byte loads when every K/V row starts 16-byte aligned: rows start at multiples of head_dim elements.
+    const bool vec = (int64_t(layout.head_dim) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(kv) % 16 == 0;
+    const AttnGeometry geo =
+        attention_geometry(layout.head_dim, n_heads, layout.n_kv_heads, vec ? 16 / int(sizeof(T)) : 1);
+    // grid.y = n_kv_heads * head_chunks <= n_heads <= 65535.
+    const dim3 grid(unsigned(n_splits), unsigned(layout.n_kv_heads * geo.head_chunks), unsigned(n));
+    if (vec)
+        paged_attention_kernel<T, true><<<grid, kAttnThreads, 0, stream>>>(
+            out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
+    else
+        paged_attention_kernel<T, false><<<grid, kAttnThreads, 0, stream>>>(
+            out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
+}
+
+// Launches the attention kernel on an (n_splits, n_kv_heads * head_chunks, n) grid, then the combine kernel
+// when n_splits > 1. keys_per_split <= 0: derived per query on the device. Neither allocates nor synchronizes
 // (both launchers are captured in CUDA graphs).
 void launch_attention(float* out, const float* q, const void* kv, const KvLayout& layout, int32_t layer,
                       const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads,
                       int32_t n_splits, int32_t keys_per_split, const AttentionScratch& scratch,
                       cudaStream_t stream) {
     const float scale = 1.0f / std::sqrt(float(layout.head_dim));
-    const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_heads), static_cast<unsigned>(n));
     KVLM_DISPATCH_DTYPE(layout.dtype, T,
-                        paged_attention_kernel<T><<<grid, kAttnThreads, 0, stream>>>(
-                            out, scratch.partials, q, static_cast<const T*>(kv), layout, layer, block_table,
-                            positions, n_heads, keys_per_split, scale));
+                        launch_attention_kernel<T>(out, scratch.partials, q, static_cast<const T*>(kv), layout,
+                                                   layer, block_table, positions, n, n_heads, n_splits,
+                                                   keys_per_split, scale, stream));
     CUDA_CHECK_LAUNCH();
     if (n_splits > 1) {
         attention_combine_kernel<<<dim3(unsigned(n_heads), unsigned(n)), 128, 0, stream>>>(
@@ -200,16 +448,19 @@ void launch_attention(float* out, const float* q, const void* kv, const KvLayout
 
 }  // namespace
 
-int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t max_keys, int32_t n_sms,
+int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t max_keys, int32_t n_sms,
                                     const AttentionScratch& scratch) {
-    if (n <= 0 || n_heads <= 0 || max_keys < 1) return 1;
-    // Split only long contexts, only as far as needed to give every multiprocessor ~2 blocks, and only as
-    // far as the scratch holds.
+    if (n <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || max_keys < 1) return 1;
+    // Split only long contexts, only as far as needed to give every multiprocessor ~2 blocks (a split runs
+    // n * n_kv_heads * head_chunks of them), and only as far as the scratch holds (n * n_heads partial rows
+    // per split).
     const int64_t rows = int64_t(n) * n_heads;
+    const AttnGeometry geo = attention_geometry(1, n_heads, n_kv_heads, 1);  // head_dim does not change the chunks
+    const int64_t blocks = int64_t(n) * n_kv_heads * geo.head_chunks;
     int64_t n_splits = 1;
     if (scratch.partials && max_keys > kMinKeysPerSplit) {
         int64_t want = (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
-        int64_t fill = (2 * int64_t(n_sms) + rows - 1) / rows;
+        int64_t fill = (2 * int64_t(n_sms) + blocks - 1) / blocks;
         n_splits = std::min({want, fill, scratch.max_rows / rows, int64_t(kMaxSplits)});
         n_splits = std::max<int64_t>(n_splits, 1);
     }
@@ -224,7 +475,7 @@ void launch_paged_attention(float* out, const float* q, const void* kv, const Kv
     if (n <= 0) return;
     check_attention_args("launch_paged_attention", layout, n, n_heads);
     if (max_keys < 1) cuda_throw("launch_paged_attention: max_keys must be at least 1");
-    const int32_t n_splits = paged_attention_split_count(n, n_heads, max_keys, n_sms, scratch);
+    const int32_t n_splits = paged_attention_split_count(n, n_heads, layout.n_kv_heads, max_keys, n_sms, scratch);
     // The split count came from this same rounding, so recomputing it from n_splits gives back the length
     // paged_attention_split_count settled on (every split non-empty for the longest query).
     int64_t keys_per_split = (int64_t(max_keys) + n_splits - 1) / n_splits;

@@ -19,6 +19,7 @@ class ModelFile;
 struct BackendOptions {
     int32_t n_threads = 0;        // CPU threads (0 = all cores)
     int32_t n_kv_blocks = 0;      // physical KV blocks in the pool
+    bool kv_blocks_from_mem_size = false;  // n_kv_blocks came from --kv-mem SIZE (else from the context)
     int32_t block_size = 16;      // tokens per KV block
     DType kv_dtype = DType::f32;  // element type of the KV cache
     bool cuda_graphs = true;      // CUDA: replay decode steps as CUDA graphs (KVLM_CUDA_GRAPHS=0 turns off)
@@ -69,6 +70,9 @@ int32_t kv_block_count(const ModelConfig& config, const BackendOptions& options)
 // fraction of `free_bytes` (capped at 2^30 blocks); otherwise `minimum`.
 int32_t kv_blocks_for_free_memory(int32_t minimum, const BackendOptions& options, uint64_t free_bytes,
                                   size_t block_bytes);
+// What a user changes when the KV pool does not fit: --kv-mem only when it set the size (a share of free
+// memory never goes below what the context needs), the context always, a 16-bit cache when it is f32.
+std::string kv_pool_advice(const BackendOptions& options);
 // MemAvailable from /proc/meminfo in bytes (0 when unreadable).
 uint64_t host_available_memory();
 

@@ -41,6 +41,12 @@ int32_t kv_blocks_for_free_memory(int32_t minimum, const BackendOptions& options
     return std::max(minimum, int32_t(blocks));
 }
 
+std::string kv_pool_advice(const BackendOptions& options) {
+    std::string advice = options.kv_blocks_from_mem_size ? "lower --kv-mem or --ctx-size (-c)" : "lower --ctx-size (-c)";
+    if (options.kv_dtype == DType::f32) advice += ", or halve it with --kv-dtype bf16";
+    return advice;
+}
+
 uint64_t host_available_memory() {
     std::FILE* f = std::fopen("/proc/meminfo", "r");
     if (!f) return 0;

@@ -51,12 +51,9 @@ struct EngineFlags {
     int32_t n_threads = 0;       // 0: all cores
     int32_t block_size = 16;
     std::string kv_mem;          // KV pool budget ("512MiB" or "90%"); empty: sized from the context
-    std::string kv_dtype = "f32";  // KV-cache element type: f32, f16 or bf16
+    std::string kv_dtype = "auto";  // KV-cache element type: auto, f32, f16 or bf16 (EngineOptions::kv_dtype_auto)
     std::string device = "auto";   // auto | cuda | cpu
 };
-// The engine settings the flags ask for (kv_dtype and kv_mem parsed, throwing Error naming the flag);
-// the caller adds what its subcommand decides (n_spare_blocks, quiet, bench's n_ctx).
-EngineOptions to_engine_options(const EngineFlags& flags);
 
 // --session NAME and the store it lives in (run and chat).
 struct SessionFlags {
@@ -64,6 +61,11 @@ struct SessionFlags {
     std::string dir;             // "" = $KVLM_SESSION_DIR, $XDG_CACHE_HOME/kvlm or ~/.cache/kvlm
     std::string quota;           // store size cap ("4GiB"); "" = kDefaultSessionQuota
 };
+
+// The engine settings the flags ask for (kv_dtype and kv_mem parsed, throwing Error naming the flag);
+// the caller adds what its subcommand decides (n_spare_blocks, quiet, bench's n_ctx). With --kv-dtype auto
+// and a saved `session`, the cache type is the session's.
+EngineOptions to_engine_options(const EngineFlags& flags, const SessionFlags* session = nullptr);
 // The store directory a --session-dir value names ("" = SessionStore::default_dir()).
 std::string session_store_dir(const std::string& dir);
 // A --session-quota value in bytes ("" = kDefaultSessionQuota); throws Error naming the flag on a bad size.

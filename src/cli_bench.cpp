@@ -51,6 +51,7 @@ struct Report {
     uint64_t model_bytes = 0;
     int64_t n_params = 0;
     std::string backend;
+    std::string kv_dtype;  // the cache type the engine settled on (--kv-dtype auto resolves per device)
     int32_t n_threads = 0;
     DevicePeaks peaks;
     std::vector<BenchRow> rows;
@@ -75,7 +76,7 @@ void print_markdown(const Report& r) {
             fmt::print("| {} | {} | {} | {:.2f} ± {:.2f} | {} |\n", s.name, s.n_tokens, s.n_computed,
                        s.seconds.mean * 1e3, s.seconds.stddev * 1e3, s.note);
     }
-    fmt::print("\npeaks: {}\n", r.peaks.memory_gb_s > 0 || r.peaks.bf16_tflops > 0
+    fmt::print("\nKV cache: {}\npeaks: {}\n", r.kv_dtype, r.peaks.memory_gb_s > 0 || r.peaks.bf16_tflops > 0
                                     ? fmt::format("{:.0f} GB/s, {:.0f} bf16 TFLOP/s ({})", r.peaks.memory_gb_s,
                                                   r.peaks.bf16_tflops, r.peaks.source)
                                     : std::string("unknown for this device (no % of peak)"));
@@ -87,6 +88,7 @@ void print_json(const Report& r) {
     nlohmann::json out;
     out["model"] = {{"name", r.model_name}, {"bytes", r.model_bytes}, {"n_params", r.n_params}};
     out["backend"] = r.backend;
+    out["kv_dtype"] = r.kv_dtype;
     out["n_threads"] = r.n_threads;
     out["peaks"] = {{"memory_gb_s", r.peaks.memory_gb_s}, {"bf16_tflops", r.peaks.bf16_tflops},
                     {"source", r.peaks.source}};
@@ -150,6 +152,7 @@ int cmd_bench(const BenchOptions& o) {
     report.model_bytes = engine.model().file_size();
     report.n_params = engine.model().config().n_params();
     report.backend = engine.backend().name();
+    report.kv_dtype = dtype_name(engine.kv_dtype());
     report.n_threads = flags.n_threads;
     report.peaks = engine.backend().peaks();
 

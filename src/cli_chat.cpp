@@ -388,7 +388,7 @@ int cmd_chat(const ChatOptions& options) {
         while (!system.empty() && (system.back() == '\n' || system.back() == '\r')) system.pop_back();
     }
 
-    EngineOptions engine_options = to_engine_options(options.engine);
+    EngineOptions engine_options = to_engine_options(options.engine, &options.session);
     // Room to copy-on-write a shared last block after /undo or /load.
     engine_options.n_spare_blocks = 1;
     engine_options.quiet = !options.verbose;

@@ -142,7 +142,7 @@ int cmd_run(const RunOptions& options) {
     if (options.n_samples < 1) throw_error("--samples: {} is not valid (need at least 1)", options.n_samples);
     std::string prompt = read_prompt(options);
 
-    EngineOptions engine_options = to_engine_options(options.engine);
+    EngineOptions engine_options = to_engine_options(options.engine, &options.session);
     // A fork writing past the prompt copies the prompt's shared last block: one block beyond the context.
     engine_options.n_spare_blocks = options.n_samples > 1 ? 1 : 0;
     engine_options.quiet = options.quiet;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "byte_size.h"
 #include "cpu_ops.h"
 #include "error.h"
 #include "model_file.h"
@@ -29,7 +30,10 @@ public:
         size_t total = size_t(n_kv_blocks_) * layout_.block_bytes();
         if (total / layout_.block_bytes() != size_t(n_kv_blocks_)) throw_error("cpu backend: KV cache size overflows");
         kv_ = static_cast<char*>(std::calloc(total, 1));  // zeroed lazily by the OS
-        if (!kv_) throw_error("cpu backend: cannot allocate {} bytes for {} KV blocks", total, n_kv_blocks_);
+        if (!kv_)
+            throw_error("cpu backend: the KV pool of {} blocks ({}, {} tokens per block, {}) does not fit in memory; {}",
+                        n_kv_blocks_, byte_size_text(total), layout_.block_size, dtype_name(layout_.dtype),
+                        kv_pool_advice(options));
 
         inv_freq_.resize(size_t(config_.head_dim / 2));
         rope_inv_freq(inv_freq_.data(), config_.head_dim, config_.rope_theta, config_.rope_scaling);

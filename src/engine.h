@@ -21,14 +21,19 @@ struct EngineOptions {
     int32_t block_size = 16;      // tokens per KV block
     uint64_t kv_mem_bytes = 0;    // KV pool budget; 0 = exactly enough blocks for n_ctx
     double kv_mem_fraction = 0;   // --kv-mem N%: the pool fills N% of the memory the backend has free (at least n_ctx)
-    DType kv_dtype = DType::f32;  // --kv-dtype
+    DType kv_dtype = DType::f32;  // --kv-dtype (ignored when kv_dtype_auto)
+    // --kv-dtype auto: on CUDA the model's matrix type when it is 16-bit (the tensor-core prefill attention
+    // needs a 16-bit cache, and it halves the pool), else f32 - the CPU reference's type.
+    bool kv_dtype_auto = false;
+    std::string kv_dtype_why;     // why kv_dtype was chosen, for the device line (e.g. "session 's' has it")
     int32_t n_spare_blocks = 0;   // KV blocks beyond the context when kv_mem_bytes is 0 (copy-on-write room
                                   // for sequences forked from a shared prompt)
     bool quiet = false;           // no informational lines on stderr
 };
 
-// The value of --kv-dtype (f32, f16 or bf16); throws Error naming the flag otherwise.
-DType parse_kv_dtype(const std::string& name);
+// The value of --kv-dtype into options: auto sets kv_dtype_auto, f32/f16/bf16 set kv_dtype; throws Error
+// naming the flag otherwise.
+void parse_kv_dtype(const std::string& name, EngineOptions* options);
 // The value of --kv-mem into options: a size ("512MiB") sets kv_mem_bytes, a percentage ("90%", of the memory
 // the device has free after the weights) sets kv_mem_fraction, "" leaves both 0. Throws Error naming the flag.
 void parse_kv_mem(const std::string& text, EngineOptions* options);

@@ -123,7 +123,7 @@ TEST_CASE("run: --kv-dtype f16/bf16 keeps the greedy text close to f32's; unknow
     CliResult bad = run("q8");
     CHECK(bad.exit_code != 0);
     CHECK(bad.out.empty());
-    CHECK(bad.err.find("--kv-dtype: 'q8' is not a KV-cache type (expected f32, f16 or bf16)") != std::string::npos);
+    CHECK(bad.err.find("--kv-dtype: 'q8' is not a KV-cache type (expected auto, f32, f16 or bf16)") != std::string::npos);
 }
 
 TEST_CASE("run: --kv-mem N% sizes the pool from free memory, never below the context") {

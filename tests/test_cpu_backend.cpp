@@ -353,6 +353,18 @@ TEST_CASE("cpu_backend: bad forward arguments throw Error") {
     CHECK_THROWS_WITH_AS(make_cpu_backend(m->config, broken, options), doctest::Contains("blk.1.ffn_up.weight"), Error);
 }
 
+TEST_CASE("backend: a KV pool that does not fit names the options that shrink it") {
+    BackendOptions options;
+    options.kv_dtype = DType::f32;
+    CHECK(kv_pool_advice(options) == "lower --ctx-size (-c), or halve it with --kv-dtype bf16");
+    options.kv_blocks_from_mem_size = true;  // --kv-mem SIZE
+    CHECK(kv_pool_advice(options) == "lower --kv-mem or --ctx-size (-c), or halve it with --kv-dtype bf16");
+    options.kv_dtype = DType::bf16;
+    CHECK(kv_pool_advice(options) == "lower --kv-mem or --ctx-size (-c)");
+    options.kv_blocks_from_mem_size = false;  // sized from the context, or --kv-mem N% (never below it)
+    CHECK(kv_pool_advice(options) == "lower --ctx-size (-c)");
+}
+
 TEST_CASE("cpu_backend: a model written to .kvlm and opened gives the same logits as in memory") {
     auto m = variant_model(kVariants[3]);  // bf16 with qkv bias
     TempDir dir;

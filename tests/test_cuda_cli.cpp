@@ -2,8 +2,9 @@
 // text (to the first near tie of the CPU's logits), decode with CUDA graphs off gives the same text,
 // `--device auto` says it picked CUDA, a session saved and restored on the GPU continues as the same
 // session does on the CPU (same texts, same reuse counts), and `kvlm bench --device cuda` reports the
-// bandwidth and FLOP/s columns. Without a usable device (or in CUDA=0 builds) each case says
-// "SKIPPED: no CUDA device (...)" and passes.
+// bandwidth and FLOP/s columns; a KV pool that does not fit in device memory is a clear error; --kv-dtype
+// auto follows the model's weight type on the GPU. Without a usable device (or in CUDA=0 builds) each case
+// says "SKIPPED: no CUDA device (...)" and passes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -150,4 +151,35 @@ TEST_CASE("cuda cli: kvlm bench --device cuda reports bandwidth and FLOP/s again
             if (bf16_peak_known) CHECK(row.at("fraction_of_bf16_peak").get<double>() > 0);
         }
     }
+}
+
+TEST_CASE("cuda cli: a KV pool larger than device memory is an error naming what did not fit and the option") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    // 200 GiB is more than any single GPU kvlm targets has (an H200 has 141 GB); the emulator has 4 GiB.
+    CliResult r = run_kvlm({"run", "-m", stories_model(), "-p", "Once", "-n", "4", "--device", "cuda", "--kv-mem",
+                            "200GiB"});
+    CHECK(r.exit_code != 0);
+    CHECK(r.out.empty());
+    CHECK_MESSAGE(r.err.find("KV pool") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("does not fit in device memory") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("lower --kv-mem") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("--kv-dtype bf16") != std::string::npos, r.err);  // the default cache is f32
+    // A 16-bit cache is not told to become one.
+    CliResult bf16 = run_kvlm({"run", "-m", stories_model(), "-p", "Once", "-n", "4", "--device", "cuda", "--kv-mem",
+                               "200GiB", "--kv-dtype", "bf16"});
+    CHECK(bf16.exit_code != 0);
+    CHECK_MESSAGE(bf16.err.find("--kv-dtype bf16") == std::string::npos, bf16.err);  // already 16-bit
+}
+
+TEST_CASE("cuda cli: --kv-dtype auto takes a 16-bit model's type on the GPU, f32 for an f32 model") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    const std::string bf16 = converted_model("stories-bf16", {stories("stories260K.gguf"), "--dtype", "bf16"});
+    CliResult r = run_kvlm({"run", "-m", bf16, "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK_MESSAGE(r.err.find("KV cache bf16 (auto: the model's bf16 weights on CUDA)") != std::string::npos, r.err);
+    CliResult f32 = run_kvlm({"run", "-m", stories_model(), "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda"});
+    REQUIRE_MESSAGE(f32.exit_code == 0, f32.err);
+    CHECK_MESSAGE(f32.err.find("KV cache f32 (auto: the model's f32 weights)") != std::string::npos, f32.err);
 }

@@ -173,8 +173,8 @@ TEST_CASE("cuda kernels: fixed-split attention with paged_attention_split_count'
                         // Splits are at least 256 keys (paged_attention.cu's kMinKeysPerSplit).
                         const int64_t rows =
                             cuda_test_scratch_rows(asked_rows, int64_t(n) * heads.n_heads * ((n_keys + 255) / 256 + 1));
-                        const int32_t n_splits =
-                            cuda_test::paged_attention_split_count(n, heads.n_heads, n_keys, n_sms, rows);
+                        const int32_t n_splits = cuda_test::paged_attention_split_count(
+                            n, heads.n_heads, heads.n_kv_heads, n_keys, n_sms, rows);
                         std::vector<float> want(q.size()), got(q.size());
                         cuda_test::paged_attention(want.data(), q.data(), pool.bytes.data(), pool.n_blocks,
                                                    pool.layout, layer, pool.table.data(), int32_t(pool.table.size()),
@@ -197,6 +197,59 @@ TEST_CASE("cuda kernels: fixed-split attention with paged_attention_split_count'
                             else check_close(g, w, row, 2e-5f, 1e-4f, what);
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("cuda kernels: decode-step attention over GQA group sizes and head sizes vs paged_attention_cpu") {
+    if (!have_cuda_device()) return;
+    struct Case { DType dtype; int32_t head_dim; Heads heads; int32_t block_size; };
+    std::vector<Case> cases;
+    // Group sizes 3, 7, 1, 4, 8 (one thread block per group) and 16, 20 (more than paged_attention.cu's
+    // kMaxGroupHeads = 8 heads: 2 blocks of 8, 3 blocks of 7 + 7 + 6), dtypes and head_dims 128/64 in turn.
+    const Heads kGroups[] = {{9, 3}, {14, 2}, {12, 12}, {32, 8}, {16, 2}, {32, 2}, {20, 1}};
+    int32_t turn = 0;
+    for (const Heads& heads : kGroups) {
+        cases.push_back({kDTypes[turn % 3], turn % 2 ? 64 : 128, heads, turn % 2 ? 5 : 16});
+        turn++;
+    }
+    // Row shapes. 16-byte loads: 1 unit per row (16-bit 8), 2, 3, 12, 24, 25, 32 units (f32 8, 12, 96, 100;
+    // 16-bit 96, 256) and 64 (f32 256: two per lane). Element loads where head_dim * sizeof(T) is not a
+    // multiple of 16: 1, 16-bit 12 and 100, and 202 in every dtype (more elements than threads: two per
+    // thread in the output loop).
+    for (int32_t head_dim : {1, 8, 12, 96, 100, 202, 256}) {
+        for (DType dtype : kDTypes) {
+            cases.push_back({dtype, head_dim, turn % 2 ? Heads{9, 3} : Heads{20, 1}, 7});
+            turn++;
+        }
+    }
+    const int32_t kContextsHere[] = {1, 37, 300};  // 300: three key tiles, splits of 128 and 256 keys
+    const int32_t layer = 1;
+    uint64_t seed = 600;
+    for (const Case& c : cases) {
+        Pool pool = make_pool(c.dtype, c.head_dim, c.heads.n_kv_heads, c.block_size, 300, seed++);
+        for (int32_t n_keys : kContextsHere) {
+            if (cuda_emulated() && n_keys == 1) continue;
+            for (const std::vector<int32_t>& positions : query_batches(n_keys)) {
+                // Emulated: the decode step and the spread batch (whose shorter queries get empty splits).
+                if (cuda_emulated() && positions.size() == 6) continue;
+                const int32_t n = int32_t(positions.size());
+                auto q = random_floats(size_t(n) * c.heads.n_heads * c.head_dim, -0.6f, 0.6f, seed++);
+                std::vector<float> want(q.size());
+                paged_attention_cpu(want.data(), q.data(), pool.bytes.data(), pool.layout, layer, pool.table.data(),
+                                    positions.data(), n, c.heads.n_heads, nullptr);
+                for (int32_t n_splits : {1, 2, 5, 64}) {
+                    if (cuda_emulated() && (n_splits == 2 || n_splits == 64)) continue;
+                    std::vector<float> got(q.size());
+                    cuda_test::paged_attention_splits(got.data(), q.data(), pool.bytes.data(), pool.n_blocks,
+                                                      pool.layout, layer, pool.table.data(),
+                                                      int32_t(pool.table.size()), positions.data(), n,
+                                                      c.heads.n_heads, n_splits);
+                    check_close(got.data(), want.data(), want.size(), 2e-5f, 1e-4f,
+                                "attention " + describe(pool, c.heads.n_heads, positions) + " n_splits " +
+                                    std::to_string(n_splits));
                 }
             }
         }

@@ -204,6 +204,31 @@ TEST_CASE("session cli: damaged, missing or foreign files give the documented be
     }
 }
 
+TEST_CASE("session cli: --kv-dtype auto continues a session in the cache type it was saved with") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir, fresh;
+    // Saved with a bf16 cache (as --kv-dtype auto makes it on a GPU for a bf16 model), continued without the flag.
+    CliResult first = run_turn(dir.path(), "s", "Once upon", {"--kv-dtype", "bf16"});
+    REQUIRE_MESSAGE(first.exit_code == 0, first.err);
+    CliResult second = run_turn(dir.path(), "s", " Then", {"-v"});
+    REQUIRE_MESSAGE(second.exit_code == 0, second.err);
+    CHECK_MESSAGE(second.err.find("KV cache bf16 (auto: session 's' was saved with it)") != std::string::npos,
+                  second.err);
+    std::smatch restored;  // the history came back from disk, not prefilled again
+    REQUIRE_MESSAGE(std::regex_search(second.err, restored, std::regex(R"((\d+) restored from disk)")), second.err);
+    CHECK(std::stoi(restored[1].str()) > 0);
+    // Exactly what an explicit --kv-dtype bf16 continuation gives.
+    REQUIRE(run_turn(fresh.path(), "s", "Once upon", {"--kv-dtype", "bf16"}).exit_code == 0);
+    CliResult explicit_bf16 = run_turn(fresh.path(), "s", " Then", {"--kv-dtype", "bf16"});
+    CHECK(second.out == explicit_bf16.out);
+    // A new session with auto on the CPU is f32, and says nothing about it.
+    CliResult other = run_turn(dir.path(), "t", "Once upon", {"-v"});
+    REQUIRE(other.exit_code == 0);
+    CHECK(other.err.find("KV cache") == std::string::npos);
+    CHECK(run_kvlm({"session", "show", "t", "--session-dir", dir.path()}).out.find("KV:        f32") !=
+          std::string::npos);
+}
+
 TEST_CASE("session cli: verify reports damage, gc removes what no manifest names") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     TempDir dir;

@@ -72,7 +72,7 @@ stage_bench() {
         echo && echo "### stories260K (f32): kvlm bench -p 512 -n 128 -r 5" && echo
         "$KVLM" bench -m "$stories" --device cuda -p 512 -n 128 -r 5
         echo && echo "### f32 KV cache (flash-decoding prefill attention), Llama-3.2-1B shape" && echo
-        "$KVLM" bench -m "$l1b" --device cuda -p 512,2048 -n 128 -r 5 --no-scenarios
+        "$KVLM" bench -m "$l1b" --device cuda -p 512,2048 -n 128 -r 5 --kv-dtype f32 --no-scenarios
         echo && echo "### decode with CUDA graphs off (KVLM_CUDA_GRAPHS=0), SmolLM2-135M shape" && echo
         KVLM_CUDA_GRAPHS=0 "$KVLM" bench -m "$smol" --device cuda -p 0 -n 128 -r 5 --kv-dtype bf16 --no-scenarios
     } 2>&1 | tee "$OUT/bench.md"
