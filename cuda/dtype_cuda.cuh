@@ -14,6 +14,21 @@ __device__ __forceinline__ void store_f32(float* p, int64_t i, float v) { p[i] =
 __device__ __forceinline__ void store_f32(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void store_f32(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
+// A 16-byte load of data read once (weights in gemv.cu, K/V rows in paged_attention.cu): the read-only
+// path, not allocated in L1, which stays for what is reused. p must be 16-byte aligned. The emulator
+// (which rewrites inline PTX only in .cu files) gets its twin of the instruction.
+__device__ __forceinline__ uint4 load_streaming16(const uint4* p) {
+    uint4 v;
+#ifdef KVLM_CUDA_EMU
+    ::kvlm_emu::ptx_ld_global_nc_v4_u32(v.x, v.y, v.z, v.w, p);
+#else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+#endif
+    return v;
+}
+
 }  // namespace kvlm
 
 // Calls F<T>(args...) with T the device type of `dtype` (a host-side switch over the three DTypes).

@@ -40,15 +40,6 @@ struct GemvParams {
     bool vec;  // 16-byte loads: n_in * sizeof(T) % 16 == 0 and weights (and x, norm_weight if read from global) aligned
 };
 
-// Weights are read once: keep them out of L1, where x lives when it is read from global memory.
-__device__ __forceinline__ uint4 load_weights16(const uint4* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 // Two consecutive 16-bit elements packed in a 32-bit word (little-endian: element 2k in the low half).
 __device__ __forceinline__ float2 unpack2(uint32_t word, __half) {
     return __half22float2(__halves2half2(__ushort_as_half((unsigned short)(word & 0xffffu)),
@@ -106,7 +97,7 @@ __device__ __forceinline__ void load_step(uint4 (&w)[U][NR], const T* const (&ro
 #pragma unroll
         for (int k = 0; k < NR; k++)
             w[u][k] =
-                c < n_chunks ? load_weights16(reinterpret_cast<const uint4*>(rows[k]) + c) : make_uint4(0, 0, 0, 0);
+                c < n_chunks ? load_streaming16(reinterpret_cast<const uint4*>(rows[k]) + c) : make_uint4(0, 0, 0, 0);
     }
 }
 template <typename T, int U, int NR>

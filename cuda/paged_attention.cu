@@ -68,15 +68,6 @@ AttnGeometry attention_geometry(int32_t head_dim, int32_t n_heads, int32_t n_kv_
     return g;
 }
 
-// K and V rows are streamed: within a block each byte is read once, so they stay out of L1. The same
-// instruction as gemv.cu's weight loads (the emulator checks its 16-byte alignment).
-__device__ __forceinline__ uint4 load_kv16(const uint4* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int k) {
     return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
@@ -102,7 +93,7 @@ struct RowFrag {
         for (int i = 0; i < N; i++) {
             const int u = first + i * stride;
             if constexpr (Vec)
-                raw[i] = u < units ? load_kv16(reinterpret_cast<const uint4*>(row) + u) : make_uint4(0, 0, 0, 0);
+                raw[i] = u < units ? load_streaming16(reinterpret_cast<const uint4*>(row) + u) : make_uint4(0, 0, 0, 0);
             else
                 raw[i] = u < units ? load_f32(row, u) : 0.0f;
         }
