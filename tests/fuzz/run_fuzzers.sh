@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every fuzzer in BUILD/fuzzers: first over its kept regression inputs (tests/fuzz/regressions/<target>,
 # each must pass), then for SECONDS seconds from its seed corpus (BUILD/fuzz-corpus/<target>), two at a
-# time (CI has 2 cores). Any crash, sanitizer report, leak, timeout or out-of-memory fails the run; the
-# failing input is left in BUILD/fuzz-findings/<target>/. Prints executions per target.
+# time (CI has 2 cores), with tests/fuzz/dicts/<target>.dict as its dictionary where one exists. Any crash,
+# sanitizer report, leak, timeout or out-of-memory fails the run; the failing input is left in
+# BUILD/fuzz-findings/<target>/. Prints executions per target.
 # Usage: run_fuzzers.sh BUILD SECONDS [TARGET...]
 set -euo pipefail
 build=${1:?usage: run_fuzzers.sh BUILD SECONDS [TARGET...]}
@@ -25,6 +26,9 @@ run_one() {
     mkdir -p "$work" "$findings"
     # Leak checking is on by default with ASan; 2 GiB RSS and 1 GiB per allocation catch absurd sizes.
     local opts=(-rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 -artifact_prefix="$findings/")
+    # Syntax the mutator would rarely find byte by byte (Jinja tags, JSON keys kvlm reads).
+    local dict="$root/tests/fuzz/dicts/$seeds.dict"
+    [[ -f $dict ]] && opts+=(-dict="$dict")
     if [[ -d $regressions ]] && compgen -G "$regressions/*" >/dev/null; then
         if ! "$bin" "${opts[@]}" "$regressions"/* >"$log.regressions" 2>&1; then
             echo "$target: a kept regression input fails again (log: $log.regressions)"; return 1
