@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "bench.h"
@@ -153,7 +154,9 @@ int cmd_bench(const BenchOptions& o) {
     report.n_params = engine.model().config().n_params();
     report.backend = engine.backend().name();
     report.kv_dtype = dtype_name(engine.kv_dtype());
-    report.n_threads = flags.n_threads;
+    // -t 0 (the default) is every hardware thread, as ThreadPool takes it.
+    report.n_threads = flags.n_threads > 0 ? flags.n_threads
+                                           : int32_t(std::max(1u, std::thread::hardware_concurrency()));
     report.peaks = engine.backend().peaks();
 
     BenchPlan plan;

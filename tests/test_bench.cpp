@@ -85,6 +85,8 @@ TEST_CASE("bench: kvlm bench -o json reports every test and the cache scenarios 
     }
     CHECK(tests == std::vector<std::string>{"pp40", "pp24", "tg8", "pp40 @ d20", "pp24 @ d20", "tg8 @ d20"});
     CHECK(j.at("backend").get<std::string>().rfind("cpu", 0) == 0);
+    CHECK(j.at("kv_dtype") == "f32");          // --kv-dtype auto on the CPU
+    CHECK(j.at("n_threads").get<int>() >= 1);  // the threads used, not the flag's 0
 
     std::map<std::string, nlohmann::json> scenarios;
     for (const auto& s : j.at("scenarios")) scenarios[s.at("name")] = s;
