@@ -9,6 +9,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "mapped_file.h"
+#include "tensor.h"
 
 namespace kvlm {
 
@@ -167,11 +168,7 @@ struct Value {
 
 }  // namespace
 
-int64_t GgufTensor::n_elements() const {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    return n;
-}
+int64_t GgufTensor::n_elements() const { return element_count(dims); }
 
 struct GgufFile::Impl {
     std::unique_ptr<MappedFile> file;

@@ -47,11 +47,7 @@ void check_header(const Llama2cHeader& h, const std::string& path) {
 
 }  // namespace
 
-int64_t Llama2cTensor::n_elements() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-}
+int64_t Llama2cTensor::n_elements() const { return element_count(shape); }
 
 Llama2cCheckpoint::Llama2cCheckpoint() = default;
 Llama2cCheckpoint::~Llama2cCheckpoint() = default;

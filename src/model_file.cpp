@@ -19,9 +19,7 @@ std::vector<TensorInfo> expected_tensors(const ModelConfig& config, DType dtype)
         info.name = std::move(name);
         info.dtype = shape.size() == 1 ? DType::f32 : dtype;
         info.shape = std::move(shape);
-        int64_t n = 1;
-        for (int64_t d : info.shape) n *= d;
-        info.n_bytes = uint64_t(n) * dtype_size(info.dtype);
+        info.n_bytes = uint64_t(element_count(info.shape)) * dtype_size(info.dtype);
         tensors.push_back(std::move(info));
     };
     const int64_t embd = config.n_embd, q = int64_t(config.n_heads) * config.head_dim;

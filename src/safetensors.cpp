@@ -40,11 +40,7 @@ bool supported_dtype(const std::string& name, DType* out) {
 
 }  // namespace
 
-int64_t SafetensorsTensor::n_elements() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-}
+int64_t SafetensorsTensor::n_elements() const { return element_count(shape); }
 
 struct SafetensorsFile::Impl {
     std::unique_ptr<MappedFile> file;

@@ -14,9 +14,18 @@ namespace kvlm {
 
 namespace {
 
-constexpr char kManifestMagic[4] = {'K', 'V', 'S', 'M'};
-constexpr char kBlockMagic[4] = {'K', 'V', 'S', 'B'};
 constexpr uint32_t kMaxTokens = 1u << 26;  // sanity cap on a transcript (64M tokens)
+
+// How an encoding opens (4-byte magic, then u32 format version), with the words its errors use.
+struct Opening {
+    char magic[4];
+    const char* magic_what;    // names the magic in truncation errors
+    const char* kind;          // "not a kvlm <kind> (bad magic)"
+    const char* version_what;  // "<version_what> 9 is not supported"
+};
+constexpr Opening kManifestOpening = {
+    {'K', 'V', 'S', 'M'}, "manifest magic", "session manifest", "session format version"};
+constexpr Opening kBlockOpening = {{'K', 'V', 'S', 'B'}, "block magic", "KV block file", "block format version"};
 
 void write_hash(Writer& w, const BlockHash& h) {
     w.write_u64(h.lo);
@@ -27,6 +36,17 @@ BlockHash read_hash(Reader& r, const char* what) {
     h.lo = r.read_u64(what);
     h.hi = r.read_u64(what);
     return h;
+}
+
+// Checks the magic and returns the format version, which must be the one this kvlm writes.
+uint32_t read_opening(Reader& r, const Opening& opening) {
+    const uint8_t* magic = r.read_bytes(4, opening.magic_what);
+    if (std::memcmp(magic, opening.magic, 4) != 0) r.fail(fmt::format("not a kvlm {} (bad magic)", opening.kind));
+    uint32_t version = r.read_u32("format version");
+    if (version != kSessionFormatVersion)
+        throw_error("{}: {} {} is not supported (this kvlm reads version {})", r.source(), opening.version_what,
+                    version, kSessionFormatVersion);
+    return version;
 }
 
 std::string float_text(float v) { return fmt::format("{}", v); }
@@ -90,7 +110,7 @@ std::vector<uint8_t> encode_manifest(const SessionManifest& m) {
     body.write_bool(m.pinned);
 
     BufferWriter out;
-    out.write_bytes(kManifestMagic, 4);
+    out.write_bytes(kManifestOpening.magic, 4);
     out.write_u32(kSessionFormatVersion);
     out.write_u64(body.buffer().size());
     out.write_u64(XXH3_64bits(body.buffer().data(), body.buffer().size()));
@@ -100,13 +120,8 @@ std::vector<uint8_t> encode_manifest(const SessionManifest& m) {
 
 SessionManifest decode_manifest(const uint8_t* data, size_t size, const std::string& source) {
     Reader header(data, size, source);
-    const uint8_t* magic = header.read_bytes(4, "manifest magic");
-    if (std::memcmp(magic, kManifestMagic, 4) != 0) header.fail("not a kvlm session manifest (bad magic)");
     SessionManifest m;
-    m.format_version = header.read_u32("format version");
-    if (m.format_version != kSessionFormatVersion)
-        throw_error("{}: session format version {} is not supported (this kvlm reads version {})", source,
-                    m.format_version, kSessionFormatVersion);
+    m.format_version = read_opening(header, kManifestOpening);
     uint64_t body_size = header.read_u64("body size");
     uint64_t checksum = header.read_u64("body checksum");
     if (body_size != header.remaining())
@@ -168,7 +183,7 @@ SessionManifest decode_manifest(const uint8_t* data, size_t size, const std::str
 std::vector<uint8_t> encode_block_file(const BlockFileHeader& h, const void* payload) {
     BufferWriter out;
     out.buffer().reserve(kBlockHeaderSize + h.payload_size);
-    out.write_bytes(kBlockMagic, 4);
+    out.write_bytes(kBlockOpening.magic, 4);
     out.write_u32(h.format_version);
     write_hash(out, h.kv_namespace);
     write_hash(out, h.hash);
@@ -183,13 +198,8 @@ std::vector<uint8_t> encode_block_file(const BlockFileHeader& h, const void* pay
 
 BlockFileHeader decode_block_header(const uint8_t* data, size_t size, uint64_t file_size, const std::string& source) {
     Reader r(data, size, source);
-    const uint8_t* magic = r.read_bytes(4, "block magic");
-    if (std::memcmp(magic, kBlockMagic, 4) != 0) r.fail("not a kvlm KV block file (bad magic)");
     BlockFileHeader h;
-    h.format_version = r.read_u32("format version");
-    if (h.format_version != kSessionFormatVersion)
-        throw_error("{}: block format version {} is not supported (this kvlm reads version {})", source,
-                    h.format_version, kSessionFormatVersion);
+    h.format_version = read_opening(r, kBlockOpening);
     h.kv_namespace = read_hash(r, "kv namespace");
     h.hash = read_hash(r, "block hash");
     h.n_tokens = r.read_i32("n_tokens");

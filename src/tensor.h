@@ -9,16 +9,20 @@
 
 namespace kvlm {
 
+// Number of elements in a tensor of this shape (1 for an empty shape). No overflow check: parsers bound
+// every dimension before they trust a product.
+inline int64_t element_count(const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
 struct TensorView {
     const void* data = nullptr;
     DType dtype = DType::f32;
     std::vector<int64_t> shape;
 
-    int64_t n_elements() const {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        return n;
-    }
+    int64_t n_elements() const { return element_count(shape); }
     size_t n_bytes() const { return size_t(n_elements()) * dtype_size(dtype); }
 };
 

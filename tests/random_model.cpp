@@ -2,11 +2,7 @@
 #include "random_model.h"
 
 #include <cmath>
-#include <map>
 #include <random>
-#include <stdexcept>
-
-#include "model_file.h"
 
 namespace kvlm::test {
 
@@ -72,45 +68,6 @@ std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType 
     w.output_norm = make({d}, 0.8f, 1.2f);
     w.output = config.tied_embeddings ? w.token_embd : matrix(config.n_vocab, d);
     return model;
-}
-
-void write_random_model(const RandomModel& model, DType dtype, const std::string& path) {
-    const ModelConfig& c = model.config;
-    const ModelWeights& w = model.weights;
-    std::map<std::string, const TensorView*> by_name;
-    by_name[tensor_names::token_embd] = &w.token_embd;
-    by_name[tensor_names::output_norm] = &w.output_norm;
-    if (!c.tied_embeddings) by_name[tensor_names::output] = &w.output;
-    for (int32_t i = 0; i < c.n_layers; i++) {
-        const LayerWeights& l = w.layers[size_t(i)];
-        const std::pair<const char*, const TensorView*> layer_tensors[] = {
-            {"attn_norm.weight", &l.attn_norm}, {"attn_q.weight", &l.attn_q},   {"attn_k.weight", &l.attn_k},
-            {"attn_v.weight", &l.attn_v},       {"attn_q.bias", &l.attn_q_bias}, {"attn_k.bias", &l.attn_k_bias},
-            {"attn_v.bias", &l.attn_v_bias},    {"attn_output.weight", &l.attn_output},
-            {"ffn_norm.weight", &l.ffn_norm},   {"ffn_gate.weight", &l.ffn_gate}, {"ffn_up.weight", &l.ffn_up},
-            {"ffn_down.weight", &l.ffn_down}};
-        for (const auto& [suffix, view] : layer_tensors) by_name[tensor_names::layer(i, suffix)] = view;
-    }
-    ModelMetadata metadata;
-    metadata.config = c;
-    metadata.source = "random test model";
-    TokenizerData& t = metadata.tokenizer;
-    t.type = "bpe";
-    t.pre = "gpt2";
-    for (int32_t i = 0; i < c.n_vocab; i++) {
-        t.tokens.push_back(i == 0 ? "a" : i == 1 ? "b" : i == 2 ? "ab" : "<" + std::to_string(i) + ">");
-        t.token_types.push_back(int32_t(TokenType::normal));
-    }
-    if (c.n_vocab >= 3) t.merges.push_back("a b");
-    std::vector<TensorInfo> infos = expected_tensors(c, dtype);
-    ModelWriter writer(path, metadata, infos);
-    for (size_t i = 0; i < infos.size(); i++) {
-        auto it = by_name.find(infos[i].name);
-        if (it == by_name.end() || !it->second->data || it->second->n_bytes() != infos[i].n_bytes)
-            throw std::runtime_error("write_random_model: no matching tensor for " + infos[i].name);
-        writer.write_tensor(i, it->second->data);
-    }
-    writer.finish();
 }
 
 }  // namespace kvlm::test

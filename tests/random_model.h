@@ -1,9 +1,9 @@
 // Random in-memory Llama models for tests: a ModelConfig plus ModelWeights whose views point into
-// storage owned by the RandomModel (keep it alive as long as a backend uses the weights).
+// storage owned by the RandomModel (keep it alive as long as a backend uses the weights). Writing one to a
+// .kvlm file is tiny_model.h's job.
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "model_config.h"
@@ -23,10 +23,6 @@ ModelConfig small_random_config();
 // Every tensor uniform random (matrices scaled by 1/sqrt(in_features), norms near 1, embeddings in
 // [-1, 1]); matrices stored in `dtype`, 1-D tensors f32. Same seed = same model.
 std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType dtype, uint64_t seed);
-
-// Writes the model to a .kvlm file (ModelWriter) with a placeholder BPE tokenizer of n_vocab pieces
-// ("a", "b", "ab", "<3>", "<4>", ...; one merge), so ModelFile::open + make_cpu_backend can be tested on it.
-void write_random_model(const RandomModel& model, DType dtype, const std::string& path);
 
 // Uniform floats in [lo, hi) from a portable generator (same seed = same values everywhere).
 std::vector<float> random_floats(size_t n, float lo, float hi, uint64_t seed);

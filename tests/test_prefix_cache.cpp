@@ -16,6 +16,7 @@
 #include "prefix_cache.h"
 #include "random_model.h"
 #include "test_util.h"
+#include "tiny_model.h"
 
 using namespace kvlm;
 using namespace kvlm::test;
