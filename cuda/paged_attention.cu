@@ -55,12 +55,19 @@ struct AttnGeometry {
     int32_t key_groups;       // V rows accumulated side by side: max(1, kAttnThreads / units)
 };
 
+// Query heads per block for a GQA group of `group` heads: ceil(group / kMaxGroupHeads) chunks of equal size,
+// the last one possibly shorter.
+int32_t heads_per_block(int32_t group) {
+    const int32_t chunks = (group + kMaxGroupHeads - 1) / kMaxGroupHeads;
+    return (group + chunks - 1) / chunks;
+}
+int32_t head_chunks(int32_t group) { return (group + heads_per_block(group) - 1) / heads_per_block(group); }
+
 AttnGeometry attention_geometry(int32_t head_dim, int32_t n_heads, int32_t n_kv_heads, int32_t unit_elements) {
     AttnGeometry g;
     g.group = n_heads / n_kv_heads;
-    const int32_t chunks = (g.group + kMaxGroupHeads - 1) / kMaxGroupHeads;
-    g.heads_per_block = (g.group + chunks - 1) / chunks;  // chunks of equal size, the last one possibly shorter
-    g.head_chunks = (g.group + g.heads_per_block - 1) / g.heads_per_block;
+    g.heads_per_block = heads_per_block(g.group);
+    g.head_chunks = head_chunks(g.group);
     g.units = head_dim / unit_elements;
     g.key_lanes = 1;
     while (g.key_lanes < g.units && g.key_lanes < 32) g.key_lanes *= 2;
@@ -446,8 +453,7 @@ int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_hea
     // n * n_kv_heads * head_chunks of them), and only as far as the scratch holds (n * n_heads partial rows
     // per split).
     const int64_t rows = int64_t(n) * n_heads;
-    const AttnGeometry geo = attention_geometry(1, n_heads, n_kv_heads, 1);  // head_dim does not change the chunks
-    const int64_t blocks = int64_t(n) * n_kv_heads * geo.head_chunks;
+    const int64_t blocks = int64_t(n) * n_kv_heads * head_chunks(n_heads / n_kv_heads);
     int64_t n_splits = 1;
     if (scratch.partials && max_keys > kMinKeysPerSplit) {
         int64_t want = (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "byte_size.h"  // parse_byte_size for the flags
@@ -12,9 +13,13 @@
 namespace kvlm {
 
 class Engine;
+class Tokenizer;
 struct EngineOptions;
 struct GenerationResult;
 using TextCallback = std::function<void(const std::string& text)>;
+
+// The tokenizer drops bytes its vocabulary has no token for: says so on stderr, naming them.
+void warn_dropped_bytes(const Tokenizer& tokenizer, std::string_view text, std::string_view what);
 
 struct InspectOptions {
     std::string model_path;

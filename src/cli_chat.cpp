@@ -246,16 +246,10 @@ private:
 
     void info(const std::string& text) { std::fprintf(stderr, "%s\n", text.c_str()); }
 
-    // Bytes the vocabulary has no token for are dropped by the tokenizer: say so rather than silently.
-    void warn_dropped_bytes(const std::string& text, const char* what) {
-        if (std::string w = engine_.tokenizer().dropped_bytes_warning(text, what); !w.empty())
-            std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
-    }
-
     // Returns false to exit.
     bool handle(const std::string& message) {
         if (message[0] != '/') {
-            warn_dropped_bytes(message, "the message");
+            warn_dropped_bytes(engine_.tokenizer(), message, "the message");
             answer([&](Sampler& sampler, const TextCallback& on_text) {
                 return chat_.send(message, options_.n_predict, sampler, on_text, &g_interrupt);
             });
@@ -274,7 +268,7 @@ private:
                 chat_.reset();
                 info("(new conversation)");
             } else if (command == "/system") {
-                warn_dropped_bytes(argument, "the system prompt");
+                warn_dropped_bytes(engine_.tokenizer(), argument, "the system prompt");
                 chat_.reset(argument);
                 info(argument.empty() ? "(new conversation without a system prompt)"
                                       : "(new conversation with this system prompt)");
@@ -394,8 +388,7 @@ int cmd_chat(const ChatOptions& options) {
     engine_options.quiet = !options.verbose;
     Engine engine(options.engine.model_path, engine_options);
     ChatSession chat(engine, load_chat_template(engine, options.chat_template), system);
-    if (std::string w = engine.tokenizer().dropped_bytes_warning(system, "the system prompt"); !w.empty())
-        std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
+    warn_dropped_bytes(engine.tokenizer(), system, "the system prompt");
 
     ChatStore store(options.session);
     if (!options.session.name.empty()) {

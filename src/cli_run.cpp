@@ -149,10 +149,10 @@ int cmd_run(const RunOptions& options) {
     Engine engine(options.engine.model_path, engine_options);
 
     std::vector<int32_t> prompt_ids = tokenize_prompt(engine, options, prompt);
-    if (!options.quiet)  // the tokenizer drops bytes it has no token for: say so
-        for (std::string w : {engine.tokenizer().dropped_bytes_warning(prompt, "the prompt"),
-                              engine.tokenizer().dropped_bytes_warning(options.system, "--system")})
-            if (!w.empty()) std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
+    if (!options.quiet) {
+        warn_dropped_bytes(engine.tokenizer(), prompt, "the prompt");
+        warn_dropped_bytes(engine.tokenizer(), options.system, "--system");
+    }
     double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
     if (!options.session.name.empty()) {  // restore, generate, save: cli_session.cpp
         bool newline_last = true;
