@@ -30,7 +30,9 @@ static void add_engine_flags(CLI::App* app, EngineFlags& e, bool context_flags) 
     app->add_option("-m,--model", e.model_path, "Model file (.kvlm)")->required();
     if (context_flags) app->add_option("-c,--ctx-size", e.n_ctx, "Context length (default: the model's)");
     app->add_option("-t,--threads", e.n_threads, "CPU threads (default: all cores)");
-    app->add_option("--block-size", e.block_size, "Tokens per KV block")->capture_default_str();
+    app->add_option_function<int32_t>(
+        "--block-size", [&e](int32_t v) { e.block_size = v; e.block_size_given = true; },
+        "Tokens per KV block (default: a continued session's, else 16)");
     if (context_flags)
         app->add_option("--kv-mem", e.kv_mem,
                         "KV-cache memory budget: a size (512MiB) or a share of free memory (90%); default: fits the context");
@@ -93,13 +95,16 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     run_cmd->add_flag("--chat", run.chat, "Wrap the prompt as one user turn of the model's chat template");
     run_cmd->add_option("--system", run.system, "System prompt (with --chat)");
+    run_cmd->add_option("--chat-template", run.chat_template,
+                        "With --chat: a builtin template name (chatml, llama3, ...) or a Jinja file (default: the model's)");
     run_cmd->add_flag("-v,--verbose", run.verbose, "Print timings and KV-cache stats on stderr");
     run_cmd->add_flag("-q,--quiet", run.quiet, "Print nothing on stderr but errors");
     run_cmd->add_option("--samples", run.n_samples,
                         "Completions of the same prompt, prefilled once (sample i seeded seed+i-1)")
         ->capture_default_str();
     add_sampling_flags(run_cmd, run.sampling, &run_seed_given);
-    add_session_flags(run_cmd, run.session, "Continue session NAME (restore its KV), then save it",
+    add_session_flags(run_cmd, run.session,
+                      "Continue session NAME (restore its KV), then save it; with --chat the prompt is its next message",
                       "Session store size cap, LRU-evicted (default 4GiB)");
 
     BenchOptions bench;

@@ -19,7 +19,8 @@ namespace kvlm {
 
 namespace {
 
-constexpr uint32_t kStateVersion = 1;
+// Version 2 added the template (name and source); version 1 states continue with the current template.
+constexpr uint32_t kStateVersion = 2;
 const char kStateMagic[4] = {'K', 'V', 'C', 'H'};
 
 uint64_t tokens_hash(const std::vector<int32_t>& tokens) {
@@ -52,19 +53,21 @@ LoadedChatTemplate load_chat_template(const Engine& engine, const std::string& o
             throw_error("{}: the model has no chat template; choose one with --chat-template NAME (builtin: {}) or "
                         "--chat-template FILE (a Jinja chat template)",
                         engine.model().path(), builtin_list());
-        return {ChatTemplate::parse(source), "the model's chat template"};
+        return {ChatTemplate::parse(source), "the model's chat template", source, false};
     }
     for (const std::string& name : ChatTemplate::builtin_names())
         if (name == override_name)
-            return {ChatTemplate::parse(ChatTemplate::builtin_source(name)), fmt::format("builtin '{}'", name)};
+            return {ChatTemplate::parse(ChatTemplate::builtin_source(name)), fmt::format("builtin '{}'", name),
+                    ChatTemplate::builtin_source(name), true};
     std::error_code ec;
     if (!std::filesystem::is_regular_file(override_name, ec))
         throw_error("--chat-template: '{}' is neither a builtin template ({}) nor a file", override_name,
                     builtin_list());
     std::vector<uint8_t> bytes;
     read_whole_file(override_name, &bytes);
+    std::string source(bytes.begin(), bytes.end());
     try {
-        return {ChatTemplate::parse(std::string(bytes.begin(), bytes.end())), override_name};
+        return {ChatTemplate::parse(source), override_name, source, true};
     } catch (const Error& e) {
         throw_error("{}: {}", override_name, e.what());
     }
@@ -90,21 +93,24 @@ void ChatSession::reset(const std::string& system) {
     n_restored_ = 0;
 }
 
-std::string ChatSession::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-    const Tokenizer& tokenizer = engine_.tokenizer();
+std::string render_chat(const Engine& engine, const LoadedChatTemplate& chat_template,
+                        const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+    const Tokenizer& tokenizer = engine.tokenizer();
     auto piece_or_empty = [&](int32_t id) { return id >= 0 ? tokenizer.piece(id) : std::string(); };
     try {
-        return template_.chat_template.render(messages, add_generation_prompt, piece_or_empty(tokenizer.bos_id()),
-                                              piece_or_empty(tokenizer.eos_id()));
+        return chat_template.chat_template.render(messages, add_generation_prompt, piece_or_empty(tokenizer.bos_id()),
+                                                  piece_or_empty(tokenizer.eos_id()));
     } catch (const Error& e) {
-        throw_error("{} ({}): {}", template_.name, "rendering the conversation", e.what());
+        throw_error("{} ({}): {}", chat_template.name, "rendering the conversation", e.what());
     }
 }
 
-// Exactly as `kvlm run --chat` tokenizes its prompt, so the first answer matches it.
-std::vector<int32_t> ChatSession::first_turn_tokens(const std::vector<ChatMessage>& messages) const {
-    const Tokenizer& tokenizer = engine_.tokenizer();
-    std::vector<int32_t> ids = tokenizer.encode(render(messages, true), /*add_bos=*/false, /*parse_special=*/true);
+std::vector<int32_t> first_chat_turn_tokens(const Engine& engine, const LoadedChatTemplate& chat_template,
+                                            const std::vector<ChatMessage>& messages) {
+    const Tokenizer& tokenizer = engine.tokenizer();
+    std::string text = render_chat(engine, chat_template, messages, true);
+    std::vector<int32_t> ids = tokenizer.encode(text, /*add_bos=*/false, /*parse_special=*/true);
+    // Templates that spell out bos_token already start with it.
     if (tokenizer.data().add_bos && tokenizer.bos_id() >= 0 && (ids.empty() || ids[0] != tokenizer.bos_id()))
         ids.insert(ids.begin(), tokenizer.bos_id());
     return ids;
@@ -118,7 +124,7 @@ GenerationResult ChatSession::send(const std::string& text, int32_t n_predict, S
     std::string prompt_text = render(with_user, true);
     std::vector<int32_t> new_ids;
     if (transcript_.empty()) {
-        new_ids = first_turn_tokens(with_user);
+        new_ids = first_chat_turn_tokens(engine_, template_, with_user);
     } else {
         std::string old_text = render(messages_, false);
         if (!starts_with(prompt_text, old_text))
@@ -209,6 +215,8 @@ std::vector<uint8_t> ChatSession::encode_state() const {
     w.write_u32(kStateVersion);
     w.write_u64(tokens_hash(transcript_));
     w.write_u32(uint32_t(transcript_.size()));
+    w.write_string(template_.name);
+    w.write_string(template_.source);
     w.write_string(system_);
     w.write_string(pending_text_);
     w.write_u32(uint32_t(messages_.size()));
@@ -230,13 +238,30 @@ void ChatSession::adopt(Sequence& seq, std::vector<int32_t> transcript, const st
     Reader r(state.data(), state.size(), source);
     const uint8_t* magic = r.read_bytes(4, "magic");
     if (std::memcmp(magic, kStateMagic, 4) != 0) r.fail("not a kvlm chat state file (magic is not KVCH)");
-    if (uint32_t v = r.read_u32("version"); v != kStateVersion)
-        r.fail(fmt::format("chat state version {}, this kvlm reads version {}", v, kStateVersion));
+    uint32_t version = r.read_u32("version");
+    if (version != 1 && version != kStateVersion)
+        r.fail(fmt::format("chat state version {}, this kvlm reads versions 1 and {}", version, kStateVersion));
     uint64_t hash = r.read_u64("transcript hash");
     uint32_t n_tokens = r.read_u32("transcript length");
     if (hash != tokens_hash(transcript) || n_tokens != transcript.size())
         r.fail(fmt::format("belongs to another transcript ({} tokens) than the session's ({} tokens)", n_tokens,
                            transcript.size()));
+    LoadedChatTemplate chat_template = template_;
+    if (version >= 2) {
+        std::string name = r.read_string("template name");
+        std::string text = r.read_string("template source");
+        if (text != template_.source) {
+            if (template_.chosen)
+                throw_error("{}: the conversation was saved with the chat template {}, and --chat-template gives {}; "
+                            "drop --chat-template to continue it with its own",
+                            source, name, template_.name);
+            try {
+                chat_template = {ChatTemplate::parse(text), name, text, false};
+            } catch (const Error& e) {
+                r.fail(fmt::format("its chat template ({}) does not parse: {}", name, e.what()));
+            }
+        }
+    }
     std::string system = r.read_string("system prompt");
     std::string pending = r.read_string("pending text");
     std::vector<ChatMessage> messages(r.read_u32("message count"));
@@ -261,6 +286,7 @@ void ChatSession::adopt(Sequence& seq, std::vector<int32_t> transcript, const st
     seq_ = std::move(seq);
     seq = Sequence{};
     n_restored_ = seq_.table.n_tokens;
+    template_ = std::move(chat_template);
     transcript_ = std::move(transcript);
     system_ = std::move(system);
     pending_text_ = std::move(pending);

@@ -20,9 +20,21 @@ namespace kvlm {
 // Throws Error when the model has none (suggesting --chat-template) or the override is unknown/unparsable.
 struct LoadedChatTemplate {
     ChatTemplate chat_template;
-    std::string name;  // for messages: "the model's chat template", "builtin 'chatml'", a file path
+    std::string name;     // for messages: "the model's chat template", "builtin 'chatml'", a file path
+    std::string source;   // the Jinja text (a chat session saves it and continues with it)
+    bool chosen = false;  // given with --chat-template, so a session saved with another one is refused
 };
 LoadedChatTemplate load_chat_template(const Engine& engine, const std::string& override_name);
+
+// `messages` in the template's text (the model's BOS/EOS pieces as bos_token/eos_token); Error names the
+// template.
+std::string render_chat(const Engine& engine, const LoadedChatTemplate& chat_template,
+                        const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+// The tokens of a conversation's first turn: rendered with the generation prompt, BOS added where the model
+// wants one and the template did not write it. `kvlm run --chat` and a chat's first turn both use it, so
+// their first answers are the same.
+std::vector<int32_t> first_chat_turn_tokens(const Engine& engine, const LoadedChatTemplate& chat_template,
+                                            const std::vector<ChatMessage>& messages);
 
 class ChatSession {
 public:
@@ -58,7 +70,9 @@ public:
     std::vector<uint8_t> encode_state() const;
     // Replaces the conversation: `seq` holds K/V for a prefix of `transcript` (restore_session); `state`
     // comes from encode_state() of that transcript. Throws Error naming `source` if it does not match;
-    // on error nothing changes (seq is then the caller's to release).
+    // on error nothing changes (seq is then the caller's to release). The conversation continues with the
+    // template it was saved with, unless this chat's template was chosen (--chat-template) and differs:
+    // that is an Error.
     void adopt(Sequence& seq, std::vector<int32_t> transcript, const std::vector<uint8_t>& state,
                const std::string& source);
 
@@ -68,8 +82,9 @@ private:
         size_t n_transcript = 0;
         std::string pending_text;
     };
-    std::vector<int32_t> first_turn_tokens(const std::vector<ChatMessage>& messages) const;
-    std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+    std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+        return render_chat(engine_, template_, messages, add_generation_prompt);
+    }
 
     Engine& engine_;
     LoadedChatTemplate template_;

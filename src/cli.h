@@ -54,7 +54,8 @@ struct EngineFlags {
     std::string model_path;      // -m
     int32_t n_ctx = 0;           // context length (0: the model's)
     int32_t n_threads = 0;       // 0: all cores
-    int32_t block_size = 16;
+    int32_t block_size = 16;     // a continued session's unless block_size_given (to_engine_options)
+    bool block_size_given = false;  // --block-size on the command line
     std::string kv_mem;          // KV pool budget ("512MiB" or "90%"); empty: sized from the context
     std::string kv_dtype = "auto";  // KV-cache element type: auto, f32, f16 or bf16 (EngineOptions::kv_dtype_auto)
     std::string device = "auto";   // auto | cuda | cpu
@@ -68,8 +69,8 @@ struct SessionFlags {
 };
 
 // The engine settings the flags ask for (kv_dtype and kv_mem parsed, throwing Error naming the flag);
-// the caller adds what its subcommand decides (n_spare_blocks, quiet, bench's n_ctx). With --kv-dtype auto
-// and a saved `session`, the cache type is the session's.
+// the caller adds what its subcommand decides (n_spare_blocks, quiet, bench's n_ctx). With a saved
+// `session`, the cache type (--kv-dtype auto) and block size (no --block-size) are the session's.
 EngineOptions to_engine_options(const EngineFlags& flags, const SessionFlags* session = nullptr);
 // The store directory a --session-dir value names ("" = SessionStore::default_dir()).
 std::string session_store_dir(const std::string& dir);
@@ -83,6 +84,7 @@ struct RunOptions {
     int32_t n_predict = -1;      // max new tokens (-1: until end of generation or context)
     bool chat = false;
     std::string system;          // system prompt with --chat
+    std::string chat_template;   // with --chat: builtin name or Jinja file; "" = the model's own
     bool verbose = false;
     bool quiet = false;
     SamplingParams sampling;
@@ -94,8 +96,13 @@ int cmd_run(const RunOptions& options);
 // The --session part of `kvlm run` (cli_session.cpp): locks the session, restores its transcript and K/V,
 // prefills the tokens not in KV plus `prompt` (a continuation appends it without BOS; a new session uses
 // fresh_prompt_ids), generates streaming to on_text, saves. Telemetry (n_restored, ...) in the result.
+// A chat session (saved by `kvlm chat` or `run --chat`) is refused: raw text would corrupt its messages.
 GenerationResult run_session_turn(Engine& engine, const RunOptions& options, const std::string& prompt,
                                   const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text);
+// `kvlm run --chat --session` (cli_session.cpp): `message` is the next user message of chat session
+// options.session.name, the same session `kvlm chat --session` continues; restore, answer, save.
+GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options, const std::string& message,
+                                       const TextCallback& on_text);
 
 struct ChatOptions {
     EngineFlags engine;

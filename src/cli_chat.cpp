@@ -1,7 +1,7 @@
 // `kvlm chat`: a conversation in the terminal (libedit prompt, Ctrl-C stops an answer) or over piped stdin
 // (one message per line, or all of it with --single; no prompts or escape codes). Answers stream to stdout;
 // everything else goes to stderr. The conversation logic is ChatSession; this file is I/O, slash
-// commands and the --session store (transcript + K/V via session_run.h, the messages in chats/NAME.chat).
+// commands and the --session store (chat_store.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,12 +16,11 @@
 
 #include "atomic_file.h"
 #include "chat_session.h"
+#include "chat_store.h"
 #include "cli.h"
 #include "engine.h"
 #include "error.h"
 #include "line_editor.h"
-#include "session_run.h"
-#include "session_store.h"
 
 namespace kvlm {
 
@@ -59,103 +58,6 @@ std::string stats_text(Engine& engine, const GenerationResult& r) {
         r.prefill_seconds > 0 ? r.n_prefilled / r.prefill_seconds : 0.0, n_generated, rate, r.first_token_seconds,
         engine.pool().n_used(), engine.pool().n_blocks() - engine.pool().n_used(), r.stop_reason);
 }
-
-// The session a chat saves to: its lock is held while it is current.
-class ChatStore {
-public:
-    explicit ChatStore(const SessionFlags& flags)
-        : store_(session_store_dir(flags.dir)), quota_(session_quota_bytes(flags.quota)) {}
-
-    const std::string& name() const { return name_; }
-    std::string state_path(const std::string& name) const { return store_.chat_path(name); }
-    std::string next_state_path(const std::string& name) const { return state_path(name) + ".new"; }
-
-    // Makes `name` current; if it exists, loads it into `chat` (transactional: on error nothing changes).
-    void open(const std::string& name, Engine& engine, ChatSession& chat) {
-        SessionStore::check_name(name);
-        FileLock lock = name == name_ ? std::move(lock_) : store_.lock_session(name);
-        Sequence seq;
-        RestoredSession restored;
-        try {
-            restored = restore_session(engine, store_, name, seq);
-            if (restored.existed) {
-                std::vector<uint8_t> state;
-                bool adopted = false;
-                // save() writes NAME.chat.new before the manifest and renames it over NAME.chat after: if it
-                // stopped in between, .new is the state that matches the manifest (else it is stale).
-                if (read_whole_file(next_state_path(name), &state)) {
-                    try {
-                        chat.adopt(seq, restored.transcript, state, next_state_path(name));
-                        adopted = true;
-                    } catch (const Error&) {
-                    }
-                }
-                if (!adopted && !read_whole_file(state_path(name), &state))
-                    throw_error("session '{}' has no chat state ({} is missing: it was not saved by kvlm chat); "
-                                "use another name or remove it with `kvlm session rm {}`",
-                                name, state_path(name), name);
-                if (!adopted) chat.adopt(seq, restored.transcript, state, state_path(name));
-            }
-        } catch (...) {
-            engine.prefix_cache().release(seq);
-            if (name == name_) lock_ = std::move(lock);
-            throw;
-        }
-        for (const std::string& w : restored.warnings) std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
-        lock_ = std::move(lock);
-        name_ = name;
-        restored_ = std::move(restored);
-        restored_.transcript.clear();
-    }
-
-    // Saves `chat` as `name` ("" = the current session).
-    void save(Engine& engine, const ChatSession& chat, const std::string& name = "") {
-        const std::string& target = name.empty() ? name_ : name;
-        if (target.empty()) throw_error("/save: no session name (give one, or start with --session NAME)");
-        SessionStore::check_name(target);
-        FileLock other;
-        RestoredSession fresh;
-        RestoredSession& restored = target == name_ ? restored_ : fresh;
-        if (target != name_) {
-            other = store_.lock_session(target);
-            fresh.existed = store_.has_session(target);
-        }
-        // The messages (chats/NAME.chat) and the manifest must describe the same transcript, but two files
-        // cannot be replaced at once: the new messages go to NAME.chat.new first, the manifest second, and
-        // the rename to NAME.chat last; open() takes .new when it matches the manifest. A failure before
-        // the manifest is replaced leaves the previous state whole.
-        std::vector<uint8_t> state = chat.encode_state();
-        const std::string next = next_state_path(target);
-        try {
-            make_directories(store_.dir() + "/chats");
-            write_file_atomic(next, state.data(), state.size(), next);
-        } catch (const Error& e) {
-            throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact and this "
-                        "turn was not saved (free some disk space or choose another --session-dir)",
-                        target, store_.dir(), e.what());
-        }
-        try {
-            save_session(engine, store_, target, chat.sequence(), chat.transcript(), restored, quota_);
-        } catch (...) {
-            ::unlink(next.c_str());
-            throw;
-        }
-        if (::rename(next.c_str(), state_path(target).c_str()) != 0)
-            throw_error("session '{}': cannot rename {} to {}: {} (the session is saved; the next load uses {})",
-                        target, next, state_path(target), std::strerror(errno), next);
-        if (&restored == &restored_) {
-            restored_.existed = true;
-            restored_.bad_blocks.clear();
-        }
-    }
-
-private:
-    SessionStore store_;
-    uint64_t quota_;
-    std::string name_;
-    FileLock lock_;
-    RestoredSession restored_;
-};
 
 class ChatCli {
 public:
@@ -392,7 +294,8 @@ int cmd_chat(const ChatOptions& options) {
 
     ChatStore store(options.session);
     if (!options.session.name.empty()) {
-        store.open(options.session.name, engine, chat);
+        if (store.open(options.session.name, engine, chat))
+            check_continued_system_prompt(chat, system, options.session.name);
         if (!chat.transcript().empty())
             std::fprintf(stderr, "kvlm: continuing session '%s': %zu messages, %zu tokens\n",
                          options.session.name.c_str(), chat.messages().size(), chat.transcript().size());

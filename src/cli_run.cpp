@@ -7,7 +7,7 @@
 #include <iostream>
 #include <iterator>
 
-#include "chat_template.h"
+#include "chat_session.h"
 #include "cli.h"
 #include "engine.h"
 #include "error.h"
@@ -31,23 +31,13 @@ std::string read_prompt(const RunOptions& options) {
 std::vector<int32_t> tokenize_prompt(const Engine& engine, const RunOptions& options, const std::string& prompt) {
     const Tokenizer& tokenizer = engine.tokenizer();
     if (options.chat) {
-        const std::string& source = engine.model().metadata().chat_template;
-        if (source.empty())
-            throw_error("{}: the model has no chat template, so --chat cannot format the prompt",
-                        engine.model().path());
         std::vector<ChatMessage> messages;
         if (!options.system.empty()) messages.push_back({"system", options.system});
         messages.push_back({"user", prompt});
-        auto piece_or_empty = [&](int32_t id) { return id >= 0 ? tokenizer.piece(id) : std::string(); };
-        std::string text = ChatTemplate::parse(source).render(messages, true, piece_or_empty(tokenizer.bos_id()),
-                                                              piece_or_empty(tokenizer.eos_id()));
-        std::vector<int32_t> ids = tokenizer.encode(text, /*add_bos=*/false, /*parse_special=*/true);
-        // Templates that spell out bos_token already start with it; add it only where the model wants it.
-        if (tokenizer.data().add_bos && tokenizer.bos_id() >= 0 && (ids.empty() || ids[0] != tokenizer.bos_id()))
-            ids.insert(ids.begin(), tokenizer.bos_id());
-        return ids;
+        return first_chat_turn_tokens(engine, load_chat_template(engine, options.chat_template), messages);
     }
     if (!options.system.empty()) throw_error("--system needs --chat");
+    if (!options.chat_template.empty()) throw_error("--chat-template needs --chat");
     if (prompt.empty()) {  // -p "": start from BOS alone
         if (tokenizer.bos_id() < 0) throw_error("empty prompt, and the model has no BOS token to start from");
         return {tokenizer.bos_id()};
@@ -148,7 +138,9 @@ int cmd_run(const RunOptions& options) {
     engine_options.quiet = options.quiet;
     Engine engine(options.engine.model_path, engine_options);
 
-    std::vector<int32_t> prompt_ids = tokenize_prompt(engine, options, prompt);
+    // A chat session's turn is rendered against its saved messages (cli_session.cpp), not tokenized here.
+    bool chat_session = options.chat && !options.session.name.empty();
+    std::vector<int32_t> prompt_ids = chat_session ? std::vector<int32_t>{} : tokenize_prompt(engine, options, prompt);
     if (!options.quiet) {
         warn_dropped_bytes(engine.tokenizer(), prompt, "the prompt");
         warn_dropped_bytes(engine.tokenizer(), options.system, "--system");
@@ -156,11 +148,13 @@ int cmd_run(const RunOptions& options) {
     double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
     if (!options.session.name.empty()) {  // restore, generate, save: cli_session.cpp
         bool newline_last = true;
-        GenerationResult result = run_session_turn(engine, options, prompt, prompt_ids, [&](const std::string& text) {
+        auto write_text = [&](const std::string& text) {
             std::fwrite(text.data(), 1, text.size(), stdout);
             std::fflush(stdout);
             newline_last = text.back() == '\n';
-        });
+        };
+        GenerationResult result = chat_session ? run_chat_session_turn(engine, options, prompt, write_text)
+                                               : run_session_turn(engine, options, prompt, prompt_ids, write_text);
         if (!newline_last && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
         if (!options.quiet) report_cut_short(engine, result, "");
         if (options.verbose) {

@@ -1,5 +1,5 @@
 // `kvlm session ls | show | rm | verify | gc | pin | unpin` and the session side of `kvlm run --session`:
-// lock, restore, prefill only what the pool lacks, generate, save.
+// lock, restore, prefill only what the pool lacks, generate, save (with --chat: through a ChatSession).
 #include <unistd.h>
 
 #include <chrono>
@@ -7,6 +7,8 @@
 #include <ctime>
 #include <memory>
 
+#include "chat_session.h"
+#include "chat_store.h"
 #include "cli.h"
 #include "engine.h"
 #include "error.h"
@@ -144,11 +146,13 @@ int cmd_session(const SessionOptions& options) {
 
 GenerationResult run_session_turn(Engine& engine, const RunOptions& options, const std::string& prompt,
                                   const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text) {
-    if (options.chat)
-        throw_error("--chat with --session is not supported yet: use plain-text prompts with --session");
     if (options.n_samples != 1) throw_error("--samples with --session is not supported");
     const std::string& name = options.session.name;
     SessionStore store(session_store_dir(options.session.dir));
+    if (store.has_chat_messages(name))
+        throw_error("session '{}' is a chat (saved by `kvlm chat` or `kvlm run --chat`): continue it with --chat, "
+                    "so the prompt is its next message; text appended as-is would not match its messages",
+                    name);
     uint64_t quota = session_quota_bytes(options.session.quota);
     FileLock lock = store.lock_session(name);  // held until the save is done
 
@@ -192,6 +196,19 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         throw;
     }
     cache.release(seq);
+    return result;
+}
+
+GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options, const std::string& message,
+                                       const TextCallback& on_text) {
+    if (options.n_samples != 1) throw_error("--samples with --session is not supported");
+    const std::string& name = options.session.name;
+    ChatSession chat(engine, load_chat_template(engine, options.chat_template), options.system);
+    ChatStore store(options.session);
+    if (store.open(name, engine, chat)) check_continued_system_prompt(chat, options.system, name);
+    Sampler sampler(options.sampling);
+    GenerationResult result = chat.send(message, options.n_predict, sampler, on_text);
+    store.save(engine, chat);
     return result;
 }
 

@@ -19,6 +19,7 @@ struct EngineOptions {
     int32_t n_threads = 0;        // CPU threads, 0 = all cores
     int32_t n_ctx = 0;            // context length; 0 = the model's, capped at kDefaultMaxContext
     int32_t block_size = 16;      // tokens per KV block
+    std::string block_size_why;   // why block_size is not the default, for the device line
     uint64_t kv_mem_bytes = 0;    // KV pool budget; 0 = exactly enough blocks for n_ctx
     double kv_mem_fraction = 0;   // --kv-mem N%: the pool fills N% of the memory the backend has free (at least n_ctx)
     DType kv_dtype = DType::f32;  // --kv-dtype (ignored when kv_dtype_auto)

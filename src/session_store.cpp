@@ -197,6 +197,11 @@ bool SessionStore::has_session(const std::string& name) const {
     return ::stat(manifest_path(name).c_str(), &st) == 0;
 }
 
+bool SessionStore::has_chat_messages(const std::string& name) const {
+    struct stat st;
+    return ::stat(chat_path(name).c_str(), &st) == 0 || ::stat((chat_path(name) + ".new").c_str(), &st) == 0;
+}
+
 std::vector<std::string> SessionStore::session_names() const {
     std::vector<std::string> names;
     std::error_code ec;

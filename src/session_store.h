@@ -71,6 +71,8 @@ public:
                           const std::string& what_to_do = "wait for it to finish or use another --session name") const;
 
     bool has_session(const std::string& name) const;
+    // True if a chat saved messages for session NAME (chat_path or its .new): a chat session.
+    bool has_chat_messages(const std::string& name) const;
     std::vector<std::string> session_names() const;  // sorted
     SessionManifest load_manifest(const std::string& name) const;  // throws Error naming the file and problem
 

@@ -1,5 +1,6 @@
 // `kvlm chat` through the real binary: piped conversations with SmolLM2 (greedy) append only each new
-// turn's tokens, /undo and /regenerate reproduce answers, --session continues across processes, and the
+// turn's tokens, /undo and /regenerate reproduce answers, --session continues across processes (also
+// through `kvlm run --chat --session`), and the
 // template choice (model's own, none, --chat-template). Plus a terminal session driven through tmux.
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -279,13 +280,108 @@ TEST_CASE("chat: --session continues the conversation in a second process") {
     CHECK(stats[0].n_prefilled == reference[1].n_prefilled);
     CHECK(stats[0].n_prompt == reference[1].n_prompt);
 
-    // A session made by `kvlm run` has no chat state: refused with a hint.
+    // The same conversation one message per `kvlm run --chat --session` process, and then mixed with
+    // `kvlm chat --session`: the same answers, each turn prefilling only its own tokens.
+    TempDir run_dir;
+    auto run_turn = [&](const std::string& message) {
+        return run_kvlm({"run", "-m", model, "--chat", "-p", message, "--temp", "0", "-t", "2", "-n", "40", "-c",
+                         "1024", "--session", "conv", "--session-dir", run_dir.path(), "--verbose"});
+    };
+    CliResult run_first = run_turn("What is the capital of France?");
+    REQUIRE_MESSAGE(run_first.exit_code == 0, run_first.err);
+    CHECK(run_first.out + "\n" == first.out);  // chat ends a piped answer with a newline, run does not
+    CliResult chat_second = chat(model, "And of Germany?\n", {"--session", "conv", "--session-dir", run_dir.path(),
+                                                               "--verbose"});
+    REQUIRE_MESSAGE(chat_second.exit_code == 0, chat_second.err);
+    CHECK(chat_second.out == second.out);
+    CliResult run_third = run_turn("And of Italy?");
+    REQUIRE_MESSAGE(run_third.exit_code == 0, run_third.err);
+    std::vector<TurnStats> third = turn_stats(run_third.err);
+    REQUIRE(third.size() == 1);
+    CHECK(third[0].n_restored == third[0].n_prompt - third[0].n_prefilled);  // all history from disk
+    CHECK(third[0].n_prefilled < 30);                                        // only the new user turn
+    CliResult both_third = chat(model, "What is the capital of France?\nAnd of Germany?\nAnd of Italy?\n");
+    CHECK(both_third.out == both.out + run_third.out + "\n");
+
+    // A session made by plain `kvlm run` has no messages: refused with a hint, and vice versa.
     CliResult plain = run_kvlm({"run", "-m", model, "-p", "Hi", "-n", "2", "--session", "plain", "--session-dir",
                                 dir.path()});
     REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
     CliResult refused = chat(model, "Hello\n", {"--session", "plain", "--session-dir", dir.path()});
     CHECK(refused.exit_code != 0);
-    CHECK_MESSAGE(refused.err.find("not saved by kvlm chat") != std::string::npos, refused.err);
+    CHECK_MESSAGE(refused.err.find("session 'plain' is not a chat: it was saved by `kvlm run --session` without "
+                                   "--chat") != std::string::npos,
+                  refused.err);
+    CliResult raw = run_kvlm({"run", "-m", model, "-p", "Hi", "-n", "2", "--session", "conv", "--session-dir",
+                              dir.path()});
+    CHECK(raw.exit_code != 0);
+    CHECK_MESSAGE(raw.err.find("session 'conv' is a chat (saved by `kvlm chat` or `kvlm run --chat`): continue it "
+                               "with --chat") != std::string::npos,
+                  raw.err);
+}
+
+TEST_CASE("chat: a chat session continues with the template it was saved with") {
+    std::string model = smollm2();
+    if (model.empty()) return;
+    TempDir dir;
+    std::vector<std::string> session = {"-n", "4", "--session", "z", "--session-dir", dir.path()};
+    std::vector<std::string> first = session;
+    first.insert(first.end(), {"--chat-template", "zephyr"});
+    REQUIRE(chat(model, "Hi\n", first).exit_code == 0);
+    // Neither command names a template now: both continue with zephyr, not SmolLM2's own ChatML.
+    CliResult second = run_kvlm({"run", "-m", model, "--chat", "-p", "Bye", "--temp", "0", "-n", "4", "--session",
+                                 "z", "--session-dir", dir.path()});
+    REQUIRE_MESSAGE(second.exit_code == 0, second.err);
+    REQUIRE(chat(model, "Again\n", session).exit_code == 0);
+    std::string text = run_kvlm({"session", "show", "z", "-m", model, "--session-dir", dir.path()}).out;
+    CHECK_MESSAGE(count(text, "<|user|>") == 3, text);
+    CHECK_MESSAGE(text.find("<|im_start|>user") == std::string::npos, text);
+}
+
+TEST_CASE("chat: a continued session keeps its system prompt; another --system is refused, not ignored") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir;
+    std::vector<std::string> session = {"--chat-template", "chatml", "-n", "8", "-c", "512",
+                                        "--session",       "s",      "--session-dir", dir.path()};
+    auto with = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), session.begin(), session.end());
+        return extra;
+    };
+    auto run_turn = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = {"run", "-m", stories(), "--chat", "-p", "Then", "--temp", "0", "-t", "1"};
+        for (const std::string& a : with(extra)) args.push_back(a);
+        return run_kvlm(args);
+    };
+    REQUIRE(chat(stories(), "Once upon a time\n", with({"--system", "Tell a story."})).exit_code == 0);
+    for (CliResult refused : {chat(stories(), "Then\n", with({"--system", "Be brief."})),
+                              run_turn({"--system", "Be brief."})}) {
+        CHECK(refused.exit_code != 0);
+        CHECK(refused.out.empty());
+        CHECK_MESSAGE(refused.err.find("session 's' continues with its own system prompt (\"Tell a story.\"), and "
+                                       "--system gives another (\"Be brief.\")") != std::string::npos,
+                      refused.err);
+    }
+    // The same system prompt again, or none, continues it.
+    CliResult same = run_turn({"--system", "Tell a story.", "-v"});
+    CHECK_MESSAGE(same.exit_code == 0, same.err);
+    CHECK_MESSAGE(same.err.find("restored from disk") != std::string::npos, same.err);
+    CliResult none = run_turn({});
+    CHECK_MESSAGE(none.exit_code == 0, none.err);
+    CliResult stats = chat(stories(), "/stats\n", with({}));
+    CHECK_MESSAGE(stats.err.find("conversation: 7 messages") != std::string::npos, stats.err);  // system + 3 x 2
+
+    // Another explicit template than the session's is refused too.
+    std::vector<std::string> zephyr = with({});
+    zephyr[1] = "zephyr";
+    CliResult other_template = chat(stories(), "Then\n", zephyr);
+    CHECK(other_template.exit_code != 0);
+    CHECK_MESSAGE(other_template.err.find("the conversation was saved with the chat template builtin 'chatml', and "
+                                          "--chat-template gives builtin 'zephyr'") != std::string::npos,
+                  other_template.err);
+
+    CliResult stray = run_kvlm({"run", "-m", stories(), "-p", "x", "--chat-template", "chatml"});
+    CHECK(stray.exit_code != 0);
+    CHECK_MESSAGE(stray.err.find("--chat-template needs --chat") != std::string::npos, stray.err);
 }
 
 TEST_CASE("chat: a failed session save is reported once, the answers still on stdout") {

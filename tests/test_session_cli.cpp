@@ -229,6 +229,44 @@ TEST_CASE("session cli: --kv-dtype auto continues a session in the cache type it
           std::string::npos);
 }
 
+TEST_CASE("session cli: without --block-size a session continues in the block size it was saved with") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir, fresh;
+    CliResult first = run_turn(dir.path(), "s", "Once upon a time", {"--block-size", "32"});
+    REQUIRE_MESSAGE(first.exit_code == 0, first.err);
+    CliResult second = run_turn(dir.path(), "s", " Then", {"-v"});
+    REQUIRE_MESSAGE(second.exit_code == 0, second.err);
+    CHECK_MESSAGE(second.err.find("kvlm: KV block size 32 (session 's' was saved with it)") != std::string::npos,
+                  second.err);
+    CHECK(count(second.err, "restored from disk") > 0);  // the history came back from disk, not prefilled again
+    // Exactly what an explicit --block-size 32 continuation gives.
+    REQUIRE(run_turn(fresh.path(), "s", "Once upon a time", {"--block-size", "32"}).exit_code == 0);
+    CliResult explicit_32 = run_turn(fresh.path(), "s", " Then", {"--block-size", "32"});
+    REQUIRE_MESSAGE(explicit_32.exit_code == 0, explicit_32.err);
+    CHECK(second.out == explicit_32.out);
+    CHECK(explicit_32.err.find("KV block size") == std::string::npos);  // asked for: nothing to explain
+    // An explicit block size that differs is still refused, naming both.
+    check_refused(run_turn(dir.path(), "s", " Then", {"--block-size", "16"}),
+                  "block size: session has 32, this run has 16 (run with --block-size 32 to continue it)");
+    // A new session without the flag gets 16, and says nothing about it.
+    CliResult other = run_turn(dir.path(), "t", "Once upon", {"-v"});
+    REQUIRE_MESSAGE(other.exit_code == 0, other.err);
+    CHECK(other.err.find("KV block size") == std::string::npos);
+    CliResult show = run_kvlm({"session", "show", "t", "--session-dir", dir.path()});
+    CHECK_MESSAGE(show.out.find(", block size 16\n") != std::string::npos, show.out);
+    // Continuing a 16-token session is silent too: the usual block size needs no explanation.
+    CliResult again = run_turn(dir.path(), "t", " Then", {"-v"});
+    REQUIRE_MESSAGE(again.exit_code == 0, again.err);
+    CHECK(again.err.find("KV block size") == std::string::npos);
+    // Explicit bad values keep their error.
+    for (const char* bad : {"0", "-3"}) {
+        CliResult r = run_turn(dir.path(), "s", " Then", {"--block-size", bad});
+        CHECK(r.exit_code != 0);
+        CHECK_MESSAGE(r.err.find(fmt::format("--block-size: {} is out of range (1..4096)", bad)) != std::string::npos,
+                      r.err);
+    }
+}
+
 TEST_CASE("session cli: verify reports damage, gc removes what no manifest names") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     TempDir dir;
@@ -391,7 +429,7 @@ TEST_CASE("session cli: rm deletes a chat session's messages too, and nothing wh
     REQUIRE(run_turn(dir.path(), "c", "Once").exit_code == 0);
     CliResult refused = chat("c", "Then\n");
     CHECK(refused.exit_code != 0);
-    CHECK_MESSAGE(refused.err.find("not saved by kvlm chat") != std::string::npos, refused.err);
+    CHECK_MESSAGE(refused.err.find("session 'c' is not a chat") != std::string::npos, refused.err);
 
     // Chat messages an older kvlm's rm left behind without a manifest are removed by name.
     write_file(dir.file("chats/old.chat"), "KVCH");

@@ -1,0 +1,112 @@
+// ChatStore (chat_store.h): a chat session's K/V and transcript through session_run.h, its messages in
+// chats/NAME.chat, written so that a crash leaves the previous or the new state.
+#include "chat_store.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "atomic_file.h"
+#include "error.h"
+
+namespace kvlm {
+
+ChatStore::ChatStore(const SessionFlags& flags)
+    : store_(session_store_dir(flags.dir)), quota_(session_quota_bytes(flags.quota)) {}
+
+bool ChatStore::open(const std::string& name, Engine& engine, ChatSession& chat) {
+    SessionStore::check_name(name);
+    FileLock lock = name == name_ ? std::move(lock_) : store_.lock_session(name);
+    Sequence seq;
+    RestoredSession restored;
+    try {
+        restored = restore_session(engine, store_, name, seq);
+        if (restored.existed) {
+            std::vector<uint8_t> state;
+            bool adopted = false;
+            // save() writes NAME.chat.new before the manifest and renames it over NAME.chat after: if it
+            // stopped in between, .new is the state that matches the manifest (else it is stale).
+            if (read_whole_file(next_state_path(name), &state)) {
+                try {
+                    chat.adopt(seq, restored.transcript, state, next_state_path(name));
+                    adopted = true;
+                } catch (const Error&) {
+                }
+            }
+            if (!adopted && !read_whole_file(state_path(name), &state))
+                throw_error("session '{}' is not a chat: it was saved by `kvlm run --session` without --chat, so it "
+                            "has no messages ({} is missing); continue it with `kvlm run --session {}`, or use "
+                            "another name",
+                            name, state_path(name), name);
+            if (!adopted) chat.adopt(seq, restored.transcript, state, state_path(name));
+        }
+    } catch (...) {
+        engine.prefix_cache().release(seq);
+        if (name == name_) lock_ = std::move(lock);
+        throw;
+    }
+    for (const std::string& w : restored.warnings) std::fprintf(stderr, "kvlm: warning: %s\n", w.c_str());
+    lock_ = std::move(lock);
+    name_ = name;
+    restored_ = std::move(restored);
+    restored_.transcript.clear();
+    return restored_.existed;
+}
+
+void ChatStore::save(Engine& engine, const ChatSession& chat, const std::string& name) {
+    const std::string& target = name.empty() ? name_ : name;
+    if (target.empty()) throw_error("/save: no session name (give one, or start with --session NAME)");
+    SessionStore::check_name(target);
+    FileLock other;
+    RestoredSession fresh;
+    RestoredSession& restored = target == name_ ? restored_ : fresh;
+    if (target != name_) {
+        other = store_.lock_session(target);
+        fresh.existed = store_.has_session(target);
+    }
+    // The messages (chats/NAME.chat) and the manifest must describe the same transcript, but two files
+    // cannot be replaced at once: the new messages go to NAME.chat.new first, the manifest second, and
+    // the rename to NAME.chat last; open() takes .new when it matches the manifest. A failure before
+    // the manifest is replaced leaves the previous state whole.
+    std::vector<uint8_t> state = chat.encode_state();
+    const std::string next = next_state_path(target);
+    try {
+        make_directories(store_.dir() + "/chats");
+        write_file_atomic(next, state.data(), state.size(), next);
+    } catch (const Error& e) {
+        throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact and this "
+                    "turn was not saved (free some disk space or choose another --session-dir)",
+                    target, store_.dir(), e.what());
+    }
+    try {
+        save_session(engine, store_, target, chat.sequence(), chat.transcript(), restored, quota_);
+    } catch (...) {
+        ::unlink(next.c_str());
+        throw;
+    }
+    if (::rename(next.c_str(), state_path(target).c_str()) != 0)
+        throw_error("session '{}': cannot rename {} to {}: {} (the session is saved; the next load uses {})",
+                    target, next, state_path(target), std::strerror(errno), next);
+    if (&restored == &restored_) {
+        restored_.existed = true;
+        restored_.bad_blocks.clear();
+    }
+}
+
+void check_continued_system_prompt(const ChatSession& chat, const std::string& requested, const std::string& name) {
+    if (requested.empty() || requested == chat.system()) return;
+    auto shown = [](const std::string& text) {
+        if (text.empty()) return std::string("none");
+        if (text.size() <= 60) return fmt::format("\"{}\"", text);
+        size_t cut = 57;
+        while (cut > 0 && (uint8_t(text[cut]) & 0xC0) == 0x80) cut--;  // not inside a UTF-8 character
+        return fmt::format("\"{}...\"", text.substr(0, cut));
+    };
+    throw_error("session '{}' continues with its own system prompt ({}), and --system gives another ({}); drop "
+                "--system to continue it, or start a new conversation under another --session name",
+                name, shown(chat.system()), shown(requested));
+}
+
+}  // namespace kvlm

@@ -1,0 +1,43 @@
+// The session store side of a chat (`kvlm chat --session`, `kvlm run --chat --session`): a chat session is
+// a run session (transcript + K/V, session_run.h) plus its messages in chats/NAME.chat, bound to the
+// transcript by hash. The current session's lock is held while it is current.
+#pragma once
+#include <string>
+
+#include "chat_session.h"
+#include "cli.h"
+#include "engine.h"
+#include "file_lock.h"
+#include "session_run.h"
+#include "session_store.h"
+
+namespace kvlm {
+
+class ChatStore {
+public:
+    explicit ChatStore(const SessionFlags& flags);
+
+    const std::string& name() const { return name_; }
+    // Makes `name` current; if it exists, loads it into `chat` (transactional: on error nothing changes) and
+    // returns true. A session saved by a plain `kvlm run --session` (no messages) is refused.
+    bool open(const std::string& name, Engine& engine, ChatSession& chat);
+
+    // Saves `chat` as `name` ("" = the current session).
+    void save(Engine& engine, const ChatSession& chat, const std::string& name = "");
+
+private:
+    std::string state_path(const std::string& name) const { return store_.chat_path(name); }
+    std::string next_state_path(const std::string& name) const { return state_path(name) + ".new"; }
+
+    SessionStore store_;
+    uint64_t quota_;
+    std::string name_;
+    FileLock lock_;
+    RestoredSession restored_;
+};
+
+// A continued chat keeps the system prompt it has; `requested` (--system, "" = none given) that differs is
+// an Error, not silently ignored.
+void check_continued_system_prompt(const ChatSession& chat, const std::string& requested, const std::string& name);
+
+}  // namespace kvlm
