@@ -280,29 +280,6 @@ TEST_CASE("chat: --session continues the conversation in a second process") {
     CHECK(stats[0].n_prefilled == reference[1].n_prefilled);
     CHECK(stats[0].n_prompt == reference[1].n_prompt);
 
-    // The same conversation one message per `kvlm run --chat --session` process, and then mixed with
-    // `kvlm chat --session`: the same answers, each turn prefilling only its own tokens.
-    TempDir run_dir;
-    auto run_turn = [&](const std::string& message) {
-        return run_kvlm({"run", "-m", model, "--chat", "-p", message, "--temp", "0", "-t", "2", "-n", "40", "-c",
-                         "1024", "--session", "conv", "--session-dir", run_dir.path(), "--verbose"});
-    };
-    CliResult run_first = run_turn("What is the capital of France?");
-    REQUIRE_MESSAGE(run_first.exit_code == 0, run_first.err);
-    CHECK(run_first.out + "\n" == first.out);  // chat ends a piped answer with a newline, run does not
-    CliResult chat_second = chat(model, "And of Germany?\n", {"--session", "conv", "--session-dir", run_dir.path(),
-                                                               "--verbose"});
-    REQUIRE_MESSAGE(chat_second.exit_code == 0, chat_second.err);
-    CHECK(chat_second.out == second.out);
-    CliResult run_third = run_turn("And of Italy?");
-    REQUIRE_MESSAGE(run_third.exit_code == 0, run_third.err);
-    std::vector<TurnStats> third = turn_stats(run_third.err);
-    REQUIRE(third.size() == 1);
-    CHECK(third[0].n_restored == third[0].n_prompt - third[0].n_prefilled);  // all history from disk
-    CHECK(third[0].n_prefilled < 30);                                        // only the new user turn
-    CliResult both_third = chat(model, "What is the capital of France?\nAnd of Germany?\nAnd of Italy?\n");
-    CHECK(both_third.out == both.out + run_third.out + "\n");
-
     // A session made by plain `kvlm run` has no messages: refused with a hint, and vice versa.
     CliResult plain = run_kvlm({"run", "-m", model, "-p", "Hi", "-n", "2", "--session", "plain", "--session-dir",
                                 dir.path()});
@@ -318,6 +295,33 @@ TEST_CASE("chat: --session continues the conversation in a second process") {
     CHECK_MESSAGE(raw.err.find("session 'conv' is a chat (saved by `kvlm chat` or `kvlm run --chat`): continue it "
                                "with --chat") != std::string::npos,
                   raw.err);
+}
+
+// The same conversation one message per `kvlm run --chat --session` process, mixed with `kvlm chat
+// --session`: the same answers as one piped chat, each turn prefilling only its own tokens.
+TEST_CASE("chat: run --chat --session and chat --session continue one conversation") {
+    std::string model = smollm2();
+    if (model.empty()) return;
+    const std::string questions[] = {"What is the capital of France?", "And of Germany?", "And of Italy?"};
+    CliResult piped = chat(model, questions[0] + "\n" + questions[1] + "\n" + questions[2] + "\n");
+    REQUIRE_MESSAGE(piped.exit_code == 0, piped.err);
+    TempDir run_dir;
+    auto run_turn = [&](const std::string& message) {
+        return run_kvlm({"run", "-m", model, "--chat", "-p", message, "--temp", "0", "-t", "2", "-n", "40", "-c",
+                         "1024", "--session", "conv", "--session-dir", run_dir.path(), "--verbose"});
+    };
+    CliResult run_first = run_turn(questions[0]);
+    REQUIRE_MESSAGE(run_first.exit_code == 0, run_first.err);
+    CliResult chat_second = chat(model, questions[1] + "\n", {"--session", "conv", "--session-dir", run_dir.path()});
+    REQUIRE_MESSAGE(chat_second.exit_code == 0, chat_second.err);
+    CliResult run_third = run_turn(questions[2]);
+    REQUIRE_MESSAGE(run_third.exit_code == 0, run_third.err);
+    // chat ends a piped answer with a newline, run does not
+    CHECK(run_first.out + "\n" + chat_second.out + run_third.out + "\n" == piped.out);
+    std::vector<TurnStats> third = turn_stats(run_third.err);
+    REQUIRE(third.size() == 1);
+    CHECK(third[0].n_restored == third[0].n_prompt - third[0].n_prefilled);  // all history from disk
+    CHECK(third[0].n_prefilled < 30);                                        // only the new user turn
 }
 
 TEST_CASE("chat: a chat session continues with the template it was saved with") {
