@@ -4,28 +4,16 @@
 // Error rather than a silent re-tokenization of history.
 #include "chat_session.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <utility>
 
 #include "atomic_file.h"
-#include "binary_io.h"
 #include "error.h"
 
 namespace kvlm {
 
 namespace {
-
-// Version 2 added the template (name and source); version 1 states continue with the current template.
-constexpr uint32_t kStateVersion = 2;
-const char kStateMagic[4] = {'K', 'V', 'C', 'H'};
-
-uint64_t tokens_hash(const std::vector<int32_t>& tokens) {
-    return XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t));
-}
 
 bool starts_with(const std::string& s, const std::string& prefix) {
     return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
@@ -210,76 +198,39 @@ GenerationResult ChatSession::regenerate(int32_t n_predict, Sampler& sampler, co
 }
 
 std::vector<uint8_t> ChatSession::encode_state() const {
-    BufferWriter w;
-    w.write_bytes(kStateMagic, 4);
-    w.write_u32(kStateVersion);
-    w.write_u64(tokens_hash(transcript_));
-    w.write_u32(uint32_t(transcript_.size()));
-    w.write_string(template_.name);
-    w.write_string(template_.source);
-    w.write_string(system_);
-    w.write_string(pending_text_);
-    w.write_u32(uint32_t(messages_.size()));
-    for (const ChatMessage& m : messages_) {
-        w.write_string(m.role);
-        w.write_string(m.content);
-    }
-    w.write_u32(uint32_t(turns_.size()));
-    for (const Turn& t : turns_) {
-        w.write_u32(uint32_t(t.n_messages));
-        w.write_u32(uint32_t(t.n_transcript));
-        w.write_string(t.pending_text);
-    }
-    return w.buffer();
+    ChatState state;
+    state.transcript_hash = chat_transcript_hash(transcript_);
+    state.n_transcript_tokens = uint32_t(transcript_.size());
+    state.template_name = template_.name;
+    state.template_source = template_.source;
+    state.system = system_;
+    state.pending_text = pending_text_;
+    state.messages = messages_;
+    state.turns = turns_;
+    return encode_chat_state(state);
 }
 
 void ChatSession::adopt(Sequence& seq, std::vector<int32_t> transcript, const std::vector<uint8_t>& state,
                         const std::string& source) {
-    Reader r(state.data(), state.size(), source);
-    const uint8_t* magic = r.read_bytes(4, "magic");
-    if (std::memcmp(magic, kStateMagic, 4) != 0) r.fail("not a kvlm chat state file (magic is not KVCH)");
-    uint32_t version = r.read_u32("version");
-    if (version != 1 && version != kStateVersion)
-        r.fail(fmt::format("chat state version {}, this kvlm reads versions 1 and {}", version, kStateVersion));
-    uint64_t hash = r.read_u64("transcript hash");
-    uint32_t n_tokens = r.read_u32("transcript length");
-    if (hash != tokens_hash(transcript) || n_tokens != transcript.size())
-        r.fail(fmt::format("belongs to another transcript ({} tokens) than the session's ({} tokens)", n_tokens,
-                           transcript.size()));
+    // The codec checks the structure (undo points against the state's own transcript length); the binding
+    // to this transcript can only be checked here.
+    ChatState decoded = decode_chat_state(state.data(), state.size(), source);
+    if (decoded.transcript_hash != chat_transcript_hash(transcript) || decoded.n_transcript_tokens != transcript.size())
+        throw_error("{}: belongs to another transcript ({} tokens) than the session's ({} tokens)", source,
+                    decoded.n_transcript_tokens, transcript.size());
     LoadedChatTemplate chat_template = template_;
-    if (version >= 2) {
-        std::string name = r.read_string("template name");
-        std::string text = r.read_string("template source");
-        if (text != template_.source) {
-            if (template_.chosen)
-                throw_error("{}: the conversation was saved with the chat template {}, and --chat-template gives {}; "
-                            "drop --chat-template to continue it with its own",
-                            source, name, template_.name);
-            try {
-                chat_template = {ChatTemplate::parse(text), name, text, false};
-            } catch (const Error& e) {
-                r.fail(fmt::format("its chat template ({}) does not parse: {}", name, e.what()));
-            }
+    if (decoded.version >= 2 && decoded.template_source != template_.source) {
+        if (template_.chosen)
+            throw_error("{}: the conversation was saved with the chat template {}, and --chat-template gives {}; "
+                        "drop --chat-template to continue it with its own",
+                        source, decoded.template_name, template_.name);
+        try {
+            chat_template = {ChatTemplate::parse(decoded.template_source), decoded.template_name,
+                             decoded.template_source, false};
+        } catch (const Error& e) {
+            throw_error("{}: its chat template ({}) does not parse: {}", source, decoded.template_name, e.what());
         }
     }
-    std::string system = r.read_string("system prompt");
-    std::string pending = r.read_string("pending text");
-    std::vector<ChatMessage> messages(r.read_u32("message count"));
-    if (messages.size() > r.remaining()) r.fail("message count past the end");
-    for (ChatMessage& m : messages) {
-        m.role = r.read_string("role");
-        m.content = r.read_string("content");
-    }
-    std::vector<Turn> turns(r.read_u32("turn count"));
-    if (turns.size() > r.remaining()) r.fail("turn count past the end");
-    for (Turn& t : turns) {
-        t.n_messages = r.read_u32("turn message count");
-        t.n_transcript = r.read_u32("turn transcript length");
-        t.pending_text = r.read_string("turn pending text");
-        if (t.n_messages >= messages.size() || t.n_transcript > transcript.size())
-            r.fail("an undo point lies past the conversation");
-    }
-    if (!r.at_end()) r.fail("trailing bytes");
     KVLM_ASSERT(size_t(seq.table.n_tokens) <= transcript.size(), "restored more tokens than the transcript holds");
 
     engine_.prefix_cache().release(seq_);
@@ -288,10 +239,10 @@ void ChatSession::adopt(Sequence& seq, std::vector<int32_t> transcript, const st
     n_restored_ = seq_.table.n_tokens;
     template_ = std::move(chat_template);
     transcript_ = std::move(transcript);
-    system_ = std::move(system);
-    pending_text_ = std::move(pending);
-    messages_ = std::move(messages);
-    turns_ = std::move(turns);
+    system_ = std::move(decoded.system);
+    pending_text_ = std::move(decoded.pending_text);
+    messages_ = std::move(decoded.messages);
+    turns_ = std::move(decoded.turns);
 }
 
 }  // namespace kvlm

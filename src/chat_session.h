@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "chat_state.h"
 #include "chat_template.h"
 #include "engine.h"
 #include "generate.h"
@@ -66,22 +67,19 @@ public:
     const std::string& template_name() const { return template_.name; }
 
     // Session persistence. The token transcript and K/V go through session_run.h; this is the rest
-    // (messages, template text not yet in the transcript, undo points), bound to the transcript by hash.
+    // (messages, template text not yet in the transcript, undo points), bound to the transcript by hash:
+    // a chat_state.h encoding.
     std::vector<uint8_t> encode_state() const;
     // Replaces the conversation: `seq` holds K/V for a prefix of `transcript` (restore_session); `state`
-    // comes from encode_state() of that transcript. Throws Error naming `source` if it does not match;
-    // on error nothing changes (seq is then the caller's to release). The conversation continues with the
-    // template it was saved with, unless this chat's template was chosen (--chat-template) and differs:
-    // that is an Error.
+    // comes from encode_state() of that transcript. Throws Error naming `source` if it is malformed or
+    // belongs to another transcript; on error nothing changes (seq is then the caller's to release). The
+    // conversation continues with the template it was saved with, unless this chat's template was chosen
+    // (--chat-template) and differs: that is an Error.
     void adopt(Sequence& seq, std::vector<int32_t> transcript, const std::vector<uint8_t>& state,
                const std::string& source);
 
 private:
-    struct Turn {  // undo point: the state before a user message
-        size_t n_messages = 0;
-        size_t n_transcript = 0;
-        std::string pending_text;
-    };
+    using Turn = ChatTurn;  // undo point: the state before a user message
     std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
         return render_chat(engine_, template_, messages, add_generation_prompt);
     }
