@@ -130,9 +130,8 @@ GenerationResult ChatSession::send(const std::string& text, int32_t n_predict, S
     const int32_t n_ctx = engine_.n_ctx();
     if (int64_t(n_in_seq) + int64_t(prompt.size()) >= n_ctx)
         throw_error("the context is full: the conversation holds {} tokens, this message needs {} more and the "
-                    "context is {} tokens; /undo drops the last exchange, /reset starts a new conversation (or "
-                    "restart with a larger -c)",
-                    transcript_.size(), new_ids.size(), n_ctx);
+                    "context is {} tokens; {}",
+                    transcript_.size(), new_ids.size(), n_ctx, context_full_advice_);
     std::string reply;
     GenerationResult result = generate(engine_, seq_, prompt, n_predict, sampler, [&](const std::string& piece) {
         reply += piece;

@@ -55,6 +55,8 @@ public:
     // The last user message again, after undo(); throws Error if there is no exchange.
     GenerationResult regenerate(int32_t n_predict, Sampler& sampler, const TextCallback& on_text,
                                 const std::atomic<bool>* cancel = nullptr);
+    // What a "context is full" Error from send() advises (default: the chat commands /undo and /reset).
+    void set_context_full_advice(std::string advice) { context_full_advice_ = std::move(advice); }
     // A new conversation (same system prompt, or `system`).
     void reset();
     void reset(const std::string& system);
@@ -93,6 +95,8 @@ private:
     std::string pending_text_;         // rendered template text after the last reply, not yet tokenized
     std::vector<Turn> turns_;
     int32_t n_restored_ = 0;           // K/V tokens from disk not yet reported in a turn's result
+    std::string context_full_advice_ =
+        "/undo drops the last exchange, /reset starts a new conversation (or restart with a larger -c)";
 };
 
 }  // namespace kvlm

@@ -204,6 +204,9 @@ GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options
     if (options.n_samples != 1) throw_error("--samples with --session is not supported");
     const std::string& name = options.session.name;
     ChatSession chat(engine, load_chat_template(engine, options.chat_template), options.system);
+    chat.set_context_full_advice(fmt::format("the session is unchanged: continue it with a larger -c (up to the "
+                                             "model's {}), or start a new conversation under another --session name",
+                                             engine.model().config().n_ctx));
     ChatStore store(options.session);
     if (store.open(name, engine, chat)) check_continued_system_prompt(chat, options.system, name);
     Sampler sampler(options.sampling);

@@ -428,6 +428,28 @@ TEST_CASE("chat: a failed session save is reported once, the answers still on st
     CHECK_MESSAGE(resumed.err.find("conversation: 1 messages") != std::string::npos, resumed.err);
 }
 
+TEST_CASE("chat: run --chat --session with a message past the context is refused, the session unchanged") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir;
+    auto run_turn = [&](const std::string& message) {
+        return run_kvlm({"run", "-m", stories(), "--chat", "--chat-template", "chatml", "-p", message, "--temp", "0",
+                         "-t", "1", "-n", "8", "-c", "128", "--session", "s", "--session-dir", dir.path()});
+    };
+    REQUIRE(run_turn("Once upon a time").exit_code == 0);
+    const std::string before = read_file(dir.file("chats/s.chat"));
+    std::string long_message;
+    for (int i = 0; i < 40; i++) long_message += "Lily saw a dog. ";
+    CliResult full = run_turn(long_message);
+    CHECK(full.exit_code != 0);
+    CHECK(full.out.empty());
+    CHECK_MESSAGE(full.err.find("the context is full") != std::string::npos, full.err);
+    CHECK_MESSAGE(full.err.find("the session is unchanged: continue it with a larger -c") != std::string::npos,
+                  full.err);
+    CHECK(full.err.find("/undo") == std::string::npos);  // chat's own commands mean nothing to `run`
+    CHECK(read_file(dir.file("chats/s.chat")) == before);
+    CHECK(run_turn("Then").exit_code == 0);
+}
+
 TEST_CASE("chat: template choice") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     CliResult none = chat(stories(), "Hello\n");
