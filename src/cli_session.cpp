@@ -7,7 +7,9 @@
 #include <ctime>
 #include <memory>
 
+#include "atomic_file.h"
 #include "chat_session.h"
+#include "chat_state.h"
 #include "chat_store.h"
 #include "cli.h"
 #include "engine.h"
@@ -67,6 +69,39 @@ int session_ls(SessionStore& store) {
     return 0;
 }
 
+// A chat session's messages (chats/NAME.chat, or the .new an interrupted save left, whichever belongs to
+// the manifest's transcript), one per line with continuation lines indented.
+void print_chat_state(const SessionStore& store, const std::string& name, const SessionManifest& manifest) {
+    if (!store.has_chat_messages(name)) return;
+    std::string problem;
+    for (const std::string& path : {store.chat_path(name) + ".new", store.chat_path(name)}) {
+        std::vector<uint8_t> bytes;
+        if (!read_whole_file(path, &bytes)) continue;
+        ChatState state;
+        try {
+            state = decode_chat_state(bytes.data(), bytes.size(), path);
+        } catch (const Error& e) {
+            problem = e.what();
+            continue;
+        }
+        if (state.transcript_hash != chat_transcript_hash(manifest.tokens)) {
+            problem = fmt::format("{}: belongs to another transcript than the manifest's", path);
+            continue;
+        }
+        std::printf("chat:      %zu messages, template %s\n", state.messages.size(),
+                    state.template_name.empty() ? "not recorded (saved by an older kvlm)" : state.template_name.c_str());
+        std::printf("messages:\n");
+        for (const ChatMessage& m : state.messages) {
+            std::string text = m.content;
+            for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 5))
+                text.replace(at, 1, "\n    ");
+            std::printf("  %s: %s\n", m.role.c_str(), text.c_str());
+        }
+        return;
+    }
+    std::printf("chat:      unreadable: %s\n", problem.c_str());
+}
+
 int session_show(SessionStore& store, const SessionOptions& options) {
     SessionManifest m = store.load_manifest(options.name);
     const SessionIdentity& id = m.identity;
@@ -81,6 +116,7 @@ int session_show(SessionStore& store, const SessionOptions& options) {
                 time_text(m.last_used_unix).c_str(), m.pinned ? "yes" : "no");
     std::string ids;
     for (size_t i = 0; i < m.tokens.size(); i++) ids += (i ? " " : "") + std::to_string(m.tokens[i]);
+    print_chat_state(store, options.name, m);
     std::printf("token ids: %s\n", ids.c_str());
     if (options.model_path.empty()) {
         std::printf("(pass -m MODEL to see the text)\n");

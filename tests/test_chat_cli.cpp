@@ -373,6 +373,12 @@ TEST_CASE("chat: a continued session keeps its system prompt; another --system i
     CHECK_MESSAGE(none.exit_code == 0, none.err);
     CliResult stats = chat(stories(), "/stats\n", with({}));
     CHECK_MESSAGE(stats.err.find("conversation: 7 messages") != std::string::npos, stats.err);  // system + 3 x 2
+    // `kvlm session show` lists a chat session's messages and template.
+    CliResult show = run_kvlm({"session", "show", "s", "--session-dir", dir.path()});
+    CHECK_MESSAGE(show.out.find("chat:      7 messages, template builtin 'chatml'\nmessages:\n  system: Tell a "
+                                "story.\n  user: Once upon a time\n  assistant: ") != std::string::npos,
+                  show.out);
+    CHECK(count(show.out, "  user: Then\n") == 2);
 
     // Another explicit template than the session's is refused too.
     std::vector<std::string> zephyr = with({});
