@@ -58,7 +58,8 @@ int session_ls(SessionStore& store) {
             continue;
         }
         const SessionManifest& m = s.manifest;
-        std::string notes = m.pinned ? "pinned" : "";
+        std::string notes = store.has_chat_messages(s.name) ? "chat" : "";
+        if (m.pinned) notes += notes.empty() ? "pinned" : ", pinned";
         if (s.n_blocks_present < int32_t(m.blocks.size()))
             notes += fmt::format("{}{} of {} blocks missing", notes.empty() ? "" : ", ",
                                  m.blocks.size() - size_t(s.n_blocks_present), m.blocks.size());

@@ -319,6 +319,10 @@ TEST_CASE("session cli: ls counts chat messages; rm/gc leave no empty shard dirs
         return m[1].str();
     };
     CHECK(ls_total() == fmt::format("{:.1f} KiB", store_file_bytes(dir.path()) / 1024.0));
+    // A chat session is marked as one; a plain run session is not.
+    std::string both = run_kvlm({"session", "ls", "--session-dir", dir.path()}).out;
+    CHECK_MESSAGE(std::regex_search(both, std::regex("\nc +[^\n]* chat\n")), both);
+    CHECK_MESSAGE(std::regex_search(both, std::regex("\nr +[^\n]*:[0-9]{2} *\n")), both);
 
     CliResult rm = run_kvlm({"session", "rm", "r", "--session-dir", dir.path()});
     REQUIRE_MESSAGE(rm.exit_code == 0, rm.err);
