@@ -55,6 +55,27 @@ bool ChatStore::open(const std::string& name, Engine& engine, ChatSession& chat)
     return restored_.existed;
 }
 
+void ChatStore::check_loadable(const std::string& name, Engine& engine) const {
+    SessionStore::check_name(name);
+    if (!store_.has_session(name)) return;
+    SessionIdentity saved;
+    try {
+        saved = store_.load_manifest(name).identity;
+    } catch (const Error&) {
+        return;  // open() reports an unreadable manifest with the full explanation
+    }
+    std::string diff;
+    if (saved.block_size != engine.pool().block_size())
+        diff = fmt::format("block size {} (this chat: {})", saved.block_size, engine.pool().block_size());
+    if (saved.kv_dtype != engine.kv_dtype())
+        diff += fmt::format("{}KV cache {} (this chat: {})", diff.empty() ? "" : ", ", dtype_name(saved.kv_dtype),
+                            dtype_name(engine.kv_dtype()));
+    if (!diff.empty())
+        throw_error("session '{}' was saved with {}, and this chat's KV cache was set up when it started; continue "
+                    "it with `kvlm chat --session {}`, which takes the session's settings",
+                    name, diff, name);
+}
+
 void ChatStore::save(Engine& engine, const ChatSession& chat, const std::string& name) {
     const std::string& target = name.empty() ? name_ : name;
     if (target.empty()) throw_error("/save: no session name (give one, or start with --session NAME)");

@@ -188,6 +188,7 @@ private:
                 info(fmt::format("(saved session '{}')", argument.empty() ? store_->name() : argument));
             } else if (command == "/load") {
                 if (argument.empty()) throw_error("/load needs a session name");
+                store_->check_loadable(argument, engine_);
                 store_->open(argument, engine_, chat_);
                 info(fmt::format("(continuing session '{}': {} messages, {} tokens)", argument,
                                  chat_.messages().size(), chat_.transcript().size()));

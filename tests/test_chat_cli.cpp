@@ -456,6 +456,28 @@ TEST_CASE("chat: run --chat --session with a message past the context is refused
     CHECK(run_turn("Then").exit_code == 0);
 }
 
+TEST_CASE("chat: /load of a session saved with another block size or KV type says how to continue it") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir;
+    std::vector<std::string> base = {"--chat-template", "chatml", "-n", "8", "-c", "512", "--session-dir", dir.path()};
+    auto with = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), base.begin(), base.end());
+        return extra;
+    };
+    REQUIRE(chat(stories(), "Once upon a time\n", with({"--session", "b", "--block-size", "32", "--kv-dtype", "bf16"}))
+                .exit_code == 0);
+    CliResult refused = chat(stories(), "/load b\n", with({}));
+    CHECK(refused.exit_code != 0);
+    CHECK_MESSAGE(refused.err.find("session 'b' was saved with block size 32 (this chat: 16), KV cache bf16 (this "
+                                   "chat: f32), and this chat's KV cache was set up when it started; continue it with "
+                                   "`kvlm chat --session b`") != std::string::npos,
+                  refused.err);
+    // As advised: the session's settings are taken at the start, and it continues from disk.
+    CliResult continued = chat(stories(), "Then\n", with({"--session", "b", "--verbose"}));
+    CHECK_MESSAGE(continued.exit_code == 0, continued.err);
+    CHECK_MESSAGE(continued.err.find("continuing session 'b'") != std::string::npos, continued.err);
+}
+
 TEST_CASE("chat: template choice") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     CliResult none = chat(stories(), "Hello\n");
