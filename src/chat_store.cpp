@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "atomic_file.h"
+#include "chat_state.h"
 #include "error.h"
 
 namespace kvlm {
@@ -24,23 +25,14 @@ bool ChatStore::open(const std::string& name, Engine& engine, ChatSession& chat)
     try {
         restored = restore_session(engine, store_, name, seq);
         if (restored.existed) {
+            std::string path;
             std::vector<uint8_t> state;
-            bool adopted = false;
-            // save() writes NAME.chat.new before the manifest and renames it over NAME.chat after: if it
-            // stopped in between, .new is the state that matches the manifest (else it is stale).
-            if (read_whole_file(next_state_path(name), &state)) {
-                try {
-                    chat.adopt(seq, restored.transcript, state, next_state_path(name));
-                    adopted = true;
-                } catch (const Error&) {
-                }
-            }
-            if (!adopted && !read_whole_file(state_path(name), &state))
+            if (!read_chat_state_file(store_, name, restored.transcript, &path, &state))
                 throw_error("session '{}' is not a chat: it was saved by `kvlm run --session` without --chat, so it "
                             "has no messages ({} is missing); continue it with `kvlm run --session {}`, or use "
                             "another name",
                             name, state_path(name), name);
-            if (!adopted) chat.adopt(seq, restored.transcript, state, state_path(name));
+            chat.adopt(seq, restored.transcript, state, path);
         }
     } catch (...) {
         engine.prefix_cache().release(seq);
@@ -114,6 +106,23 @@ void ChatStore::save(Engine& engine, const ChatSession& chat, const std::string&
         restored_.existed = true;
         restored_.bad_blocks.clear();
     }
+}
+
+bool read_chat_state_file(const SessionStore& store, const std::string& name, const std::vector<int32_t>& transcript,
+                          std::string* path, std::vector<uint8_t>* bytes) {
+    // save() writes NAME.chat.new before the manifest and renames it over NAME.chat after: if it stopped in
+    // between, .new is the state that matches the manifest (else it is stale).
+    *path = store.chat_path(name) + ".new";
+    if (read_whole_file(*path, bytes)) {
+        try {
+            if (decode_chat_state(bytes->data(), bytes->size(), *path).transcript_hash ==
+                chat_transcript_hash(transcript))
+                return true;
+        } catch (const Error&) {
+        }
+    }
+    *path = store.chat_path(name);
+    return read_whole_file(*path, bytes);
 }
 
 void check_continued_system_prompt(const ChatSession& chat, const std::string& requested, const std::string& name) {

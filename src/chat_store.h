@@ -40,6 +40,12 @@ private:
     RestoredSession restored_;
 };
 
+// The chat state file of session `name` that belongs to `transcript`: NAME.chat.new when it decodes and
+// matches (a save stopped between writing the manifest and renaming .new over NAME.chat), else NAME.chat.
+// False if there is none (not a chat session). The caller decodes and checks what it gets.
+bool read_chat_state_file(const SessionStore& store, const std::string& name, const std::vector<int32_t>& transcript,
+                          std::string* path, std::vector<uint8_t>* bytes);
+
 // A continued chat keeps the system prompt it has; `requested` (--system, "" = none given) that differs is
 // an Error, not silently ignored.
 void check_continued_system_prompt(const ChatSession& chat, const std::string& requested, const std::string& name);

@@ -7,7 +7,6 @@
 #include <ctime>
 #include <memory>
 
-#include "atomic_file.h"
 #include "chat_session.h"
 #include "chat_state.h"
 #include "chat_store.h"
@@ -70,37 +69,30 @@ int session_ls(SessionStore& store) {
     return 0;
 }
 
-// A chat session's messages (chats/NAME.chat, or the .new an interrupted save left, whichever belongs to
-// the manifest's transcript), one per line with continuation lines indented.
+// A chat session's template and messages (the state file read_chat_state_file picks for the manifest's
+// transcript), one message per line with continuation lines indented.
 void print_chat_state(const SessionStore& store, const std::string& name, const SessionManifest& manifest) {
-    if (!store.has_chat_messages(name)) return;
-    std::string problem;
-    for (const std::string& path : {store.chat_path(name) + ".new", store.chat_path(name)}) {
-        std::vector<uint8_t> bytes;
-        if (!read_whole_file(path, &bytes)) continue;
-        ChatState state;
-        try {
-            state = decode_chat_state(bytes.data(), bytes.size(), path);
-        } catch (const Error& e) {
-            problem = e.what();
-            continue;
-        }
-        if (state.transcript_hash != chat_transcript_hash(manifest.tokens)) {
-            problem = fmt::format("{}: belongs to another transcript than the manifest's", path);
-            continue;
-        }
-        std::printf("chat:      %zu messages, template %s\n", state.messages.size(),
-                    state.template_name.empty() ? "not recorded (saved by an older kvlm)" : state.template_name.c_str());
-        std::printf("messages:\n");
-        for (const ChatMessage& m : state.messages) {
-            std::string text = m.content;
-            for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 5))
-                text.replace(at, 1, "\n    ");
-            std::printf("  %s: %s\n", m.role.c_str(), text.c_str());
-        }
+    std::string path;
+    std::vector<uint8_t> bytes;
+    if (!read_chat_state_file(store, name, manifest.tokens, &path, &bytes)) return;
+    ChatState state;
+    try {
+        state = decode_chat_state(bytes.data(), bytes.size(), path);
+        if (state.transcript_hash != chat_transcript_hash(manifest.tokens))
+            throw_error("{}: belongs to another transcript than the manifest's", path);
+    } catch (const Error& e) {
+        std::printf("chat:      unreadable: %s\n", e.what());
         return;
     }
-    std::printf("chat:      unreadable: %s\n", problem.c_str());
+    std::printf("chat:      %zu messages, template %s\n", state.messages.size(),
+                state.template_name.empty() ? "not recorded (saved by an older kvlm)" : state.template_name.c_str());
+    std::printf("messages:\n");
+    for (const ChatMessage& m : state.messages) {
+        std::string text = m.content;
+        for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 5))
+            text.replace(at, 1, "\n    ");
+        std::printf("  %s: %s\n", m.role.c_str(), text.c_str());
+    }
 }
 
 int session_show(SessionStore& store, const SessionOptions& options) {
