@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "cli.h"
+#include "convert.h"
 #include "error.h"
 
 using namespace kvlm;

@@ -1,6 +1,6 @@
 // The coarse compute interface every backend (CPU reference, CUDA) implements: run tokens of one
-// sequence through the model over its block table and return logits; move K/V blocks in and out.
-// The K/V bytes of physical block b live wherever the backend keeps them, laid out as
+// sequence through the model over its block table and return logits; move K/V blocks in and out
+// (KvBlockStorage). The K/V bytes of physical block b live wherever the backend keeps them, laid out as
 //   [n_layers][2 (K, V)][block_size][n_kv_heads][head_dim] in kv_dtype(),
 // so one block is one contiguous record (what the session store saves and restores).
 #pragma once
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dtype.h"
+#include "kv_block_storage.h"
 #include "kv_pool.h"
 #include "model_config.h"
 
@@ -36,7 +37,7 @@ struct DevicePeaks {
     std::string source;       // where the figures come from ("datasheet: H100 SXM5", "clock x bus width")
 };
 
-class Backend {
+class Backend : public KvBlockStorage {
 public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0;  // "cpu", "cuda (NVIDIA H100 ...)"
@@ -49,11 +50,6 @@ public:
     virtual void forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table,
                          float* logits, bool all_logits = false) = 0;
 
-    virtual int32_t n_kv_blocks() const = 0;                           // blocks in the pool
-    virtual size_t kv_block_bytes() const = 0;                         // bytes of one block record
-    virtual void read_kv_block(int32_t block, void* dst) const = 0;    // block record -> host memory
-    virtual void write_kv_block(int32_t block, const void* src) = 0;   // host memory -> block record
-    virtual void copy_kv_block(int32_t src_block, int32_t dst_block) = 0;
     virtual DevicePeaks peaks() const { return {}; }
 };
 

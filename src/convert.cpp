@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "byte_size.h"
 #include "error.h"
 #include "progress.h"
 

@@ -7,10 +7,20 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
 #include "model_file.h"
 
 namespace kvlm {
+
+// What `kvlm convert` is asked to do (its flags).
+struct ConvertOptions {
+    std::string source;          // HF directory, .gguf, or llama2.c .bin
+    std::string output;          // .kvlm path
+    std::string dtype;           // "" = keep the source's (quantized GGUF sources: f16)
+    std::string tokenizer;       // tokenizer source overriding/adding to what SOURCE carries
+    std::string synthetic;       // shape name or config.json path: write random weights instead
+    uint64_t seed = 1234;        // for --synthetic
+    bool quiet = false;          // no progress bar
+};
 
 struct ConvertSource {
     ModelMetadata metadata;

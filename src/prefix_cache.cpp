@@ -21,7 +21,7 @@ struct Node {
 
 struct PrefixCache::Impl {
     KvPool& pool;
-    Backend& backend;
+    KvBlockStorage& kv_storage;
     BlockHash ns;
     std::unordered_map<BlockHash, Node, BlockHashHasher> index;
     // Indexed children per parent hash, kept by hash so a child adopted before its parent still counts.
@@ -31,8 +31,8 @@ struct PrefixCache::Impl {
     uint64_t tick = 0;
     PrefixCacheStats stats;
 
-    Impl(KvPool& p, Backend& b, const BlockHash& n)
-        : pool(p), backend(b), ns(n), block_hash(size_t(p.n_blocks())), indexed(size_t(p.n_blocks()), 0) {}
+    Impl(KvPool& p, KvBlockStorage& b, const BlockHash& n)
+        : pool(p), kv_storage(b), ns(n), block_hash(size_t(p.n_blocks())), indexed(size_t(p.n_blocks()), 0) {}
 
     int32_t block_size() const { return pool.block_size(); }
 
@@ -105,8 +105,8 @@ struct PrefixCache::Impl {
     }
 };
 
-PrefixCache::PrefixCache(KvPool& pool, Backend& backend, const BlockHash& kv_namespace)
-    : impl_(new Impl(pool, backend, kv_namespace)) {}
+PrefixCache::PrefixCache(KvPool& pool, KvBlockStorage& kv_storage, const BlockHash& kv_namespace)
+    : impl_(new Impl(pool, kv_storage, kv_namespace)) {}
 
 PrefixCache::~PrefixCache() {
     for (const auto& [hash, node] : impl_->index) impl_->pool.release(node.block);
@@ -165,7 +165,7 @@ void PrefixCache::reserve(Sequence& seq, int32_t n_tokens) {
         int32_t old_block = table.blocks[size_t(i)];
         int32_t new_block = m.allocate();
         KVLM_ASSERT(new_block >= 0, "allocation failed after the capacity check");
-        if (int64_t(i) * bs < table.n_tokens) m.backend.copy_kv_block(old_block, new_block);
+        if (int64_t(i) * bs < table.n_tokens) m.kv_storage.copy_kv_block(old_block, new_block);
         table.blocks[size_t(i)] = new_block;
         m.release_block(old_block);
     }
@@ -254,7 +254,7 @@ int32_t PrefixCache::adopt_block(const BlockHash& hash, const BlockHash& parent,
     }
     int32_t block = m.allocate();
     if (block < 0) return -1;
-    m.backend.write_kv_block(block, kv_bytes);
+    m.kv_storage.write_kv_block(block, kv_bytes);
     if (full) m.insert(block, hash, parent);
     return block;
 }

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend.h"
 #include "block_hash.h"
+#include "kv_block_storage.h"
 #include "kv_pool.h"
 
 namespace kvlm {
@@ -29,7 +29,7 @@ struct PrefixCacheStats {
 
 class PrefixCache {
 public:
-    PrefixCache(KvPool& pool, Backend& backend, const BlockHash& kv_namespace);
+    PrefixCache(KvPool& pool, KvBlockStorage& kv_storage, const BlockHash& kv_namespace);
     ~PrefixCache();  // drops the cache's own references
     PrefixCache(const PrefixCache&) = delete;
     PrefixCache& operator=(const PrefixCache&) = delete;

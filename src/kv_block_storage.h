@@ -1,0 +1,20 @@
+// Where the K/V bytes of the pool's blocks live. KV bookkeeping (kv_pool.h, prefix_cache.h) never touches
+// them; it asks the storage - the backend, in host or device memory - to move whole block records.
+// A block record is [n_layers][2 (K, V)][block_size][n_kv_heads][head_dim] in the cache's element type.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace kvlm {
+
+class KvBlockStorage {
+public:
+    virtual ~KvBlockStorage() = default;
+    virtual int32_t n_kv_blocks() const = 0;                           // blocks in the pool
+    virtual size_t kv_block_bytes() const = 0;                         // bytes of one block record
+    virtual void read_kv_block(int32_t block, void* dst) const = 0;    // block record -> host memory
+    virtual void write_kv_block(int32_t block, const void* src) = 0;   // host memory -> block record
+    virtual void copy_kv_block(int32_t src_block, int32_t dst_block) = 0;
+};
+
+}  // namespace kvlm
