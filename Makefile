@@ -20,10 +20,11 @@ CPPFLAGS += -MMD -MP -Isrc
 override CXXFLAGS += -std=c++17 $(WARN) -pthread
 LDLIBS   := -lfmt -lpcre2-8 -lxxhash -ledit -pthread
 
-SRC_CPP  := $(wildcard src/*.cpp)
+# src/ is in folders by pipeline stage, some with a subfolder (docs/ARCHITECTURE.md); tests/ mirrors them.
+SRC_CPP  := $(wildcard src/*/*.cpp src/*/*/*.cpp)
 CUDA_SRC := $(wildcard cuda/*.cu)
 CUDA_HOST_SRC := $(wildcard cuda/*.cpp)
-TEST_CPP := $(wildcard tests/*.cpp)
+TEST_CPP := $(filter-out tests/fuzz/%,$(wildcard tests/*/*.cpp))
 
 ifeq ($(CUDA),1)
   CPPFLAGS += -DKVLM_CUDA=1
@@ -51,6 +52,8 @@ $(TEST_BIN): $(TEST_OBJ) $(LIB_OBJ)
 # (doctest cases, reference implementations) build in about half the time.
 TEST_OPT ?= -O1
 $(TEST_OBJ): override CXXFLAGS += $(TEST_OPT)
+# Tests include their helpers as "support/..." and the CUDA test API as "cuda/...".
+$(TEST_OBJ): CPPFLAGS += -Itests -I.
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -74,20 +77,18 @@ test: $(BIN) $(TEST_BIN)
 # but the cuBLAS loader) as it is, over the emulated runtime and cuBLAS. Own build dir and flags; an
 # emulated kvlm binary for the CLI cases.
 EMU_BUILD    := build/cuda-emu
-EMU_CPPFLAGS := -MMD -MP -DKVLM_CUDA=1 -DKVLM_CUDA_EMU=1 -Itools/cuda_emu/include -Icuda -Isrc -Itests
+EMU_CPPFLAGS := -MMD -MP -DKVLM_CUDA=1 -DKVLM_CUDA_EMU=1 -Itools/cuda_emu/include -Icuda -Isrc -Itests -I.
 EMU_CXXFLAGS := -O2 -g1 -std=c++17 $(WARN) -Wno-unknown-pragmas -pthread
 EMU_CU       := $(wildcard cuda/*.cu)
 EMU_HOST     := $(filter-out cuda/cublas_loader.cpp,$(CUDA_HOST_SRC)) \
                 tools/cuda_emu/emu.cpp tools/cuda_emu/runtime.cpp tools/cuda_emu/cublas.cpp
-EMU_TESTS    := tests/test_cuda_kernels.cpp tests/test_cuda_decode_kernels.cpp tests/test_cuda_gemv.cpp \
-                tests/test_cuda_prefill_attention.cpp tests/test_cuda_backend.cpp tests/test_cuda_models.cpp \
-                tests/test_cuda_cli.cpp tests/test_main.cpp tests/test_util.cpp tests/random_model.cpp \
-                tests/cuda_kernel_checks.cpp tools/cuda_emu/test_emu.cpp
+EMU_TESTS    := $(wildcard tests/cuda/*.cpp) tests/support/test_main.cpp tests/support/test_util.cpp \
+                tests/support/random_model.cpp tests/support/cuda_kernel_checks.cpp tools/cuda_emu/test_emu.cpp
 EMU_OBJ      := $(EMU_CU:cuda/%.cu=$(EMU_BUILD)/gen/%.o) $(EMU_HOST:%.cpp=$(EMU_BUILD)/%.o)
 # src/ and main.cpp as the release build compiles them (no CUDA headers there; cuda_stub.o, the only object
 # that depends on KVLM_CUDA, is left out), in an archive so only what is used is linked.
 EMU_SRC_LIB  := $(EMU_BUILD)/libkvlm_src.a
-EMU_SRC_OBJ  := $(filter-out $(BUILD)/src/cuda_stub.o,$(SRC_CPP:%.cpp=$(BUILD)/%.o))
+EMU_SRC_OBJ  := $(filter-out $(BUILD)/src/compute/cuda_stub.o,$(SRC_CPP:%.cpp=$(BUILD)/%.o))
 EMU_BIN      := $(EMU_BUILD)/kvlm_emu_tests
 EMU_KVLM     := $(EMU_BUILD)/kvlm
 EMU_ARGS     ?= -tc='cuda*'
@@ -175,7 +176,8 @@ bench: $(BIN)
 	bash bench/run.sh
 
 format:
-	clang-format -i main.cpp src/*.h src/*.cpp tests/*.cpp $(wildcard cuda/*.cu cuda/*.h cuda/*.cuh)
+	clang-format -i main.cpp $(SRC_CPP) $(wildcard src/*/*.h src/*/*/*.h) $(TEST_CPP) $(wildcard tests/*/*.h) \
+	    $(wildcard cuda/*.cu cuda/*.h cuda/*.cuh)
 
 clean:
 	rm -rf build $(BIN)

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <exception>
 
-#include "cli.h"
-#include "convert.h"
-#include "error.h"
+#include "cli/cli.h"
+#include "import/convert.h"
+#include "util/error.h"
 
 using namespace kvlm;
 

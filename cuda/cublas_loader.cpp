@@ -8,7 +8,7 @@
 #include <mutex>
 #include <type_traits>
 
-#include "error.h"
+#include "util/error.h"
 
 namespace kvlm {
 

@@ -9,18 +9,18 @@
 #include <map>
 #include <vector>
 
-#include "byte_size.h"
-#include "cpu_ops.h"
+#include "compute/cpu_ops.h"
 #include "cublas_loader.h"
 #include "cuda_backend.h"
-#include "device_peaks.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
-#include "error.h"
+#include "device_peaks.h"
+#include "format/model_file.h"
 #include "graph_cache.h"
 #include "matmul.h"
-#include "model_file.h"
-#include "progress.h"
+#include "util/byte_size.h"
+#include "util/error.h"
+#include "util/progress.h"
 
 namespace kvlm {
 

@@ -1,10 +1,10 @@
 // The CUDA backend's factory over in-memory weights (plain C++: tests include it without CUDA headers).
-// make_cuda_backend(ModelFile, ...) and cuda_available() are declared in src/backend.h.
+// make_cuda_backend(ModelFile, ...) and cuda_available() are declared in src/compute/backend.h.
 #pragma once
 #include <memory>
 
-#include "backend.h"
-#include "model_weights.h"
+#include "compute/backend.h"
+#include "format/model_weights.h"
 
 namespace kvlm {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "error.h"
+#include "util/error.h"
 
 namespace kvlm {
 

@@ -6,9 +6,9 @@
 
 #include <string>
 
-#include "backend.h"
+#include "compute/backend.h"
 #include "cublas_loader.h"
-#include "error.h"
+#include "util/error.h"
 
 namespace kvlm {
 

@@ -1,12 +1,12 @@
 // Host launchers of the CUDA forward-pass kernels. Each takes the arguments of its CPU twin in
-// src/cpu_ops.h (device pointers instead of host ones) plus a stream, launches asynchronously and checks
+// src/compute/cpu_ops.h (device pointers instead of host ones) plus a stream, launches asynchronously and checks
 // the launch. All tensors are dense row-major in device memory; activations are f32.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "cpu_ops.h"
+#include "compute/cpu_ops.h"
 
 namespace kvlm {
 

@@ -8,12 +8,12 @@
 #include <cstring>
 #include <vector>
 
-#include "backend.h"
+#include "compute/backend.h"
 #include "cublas_loader.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
-#include "error.h"
 #include "matmul.h"
+#include "util/error.h"
 
 namespace kvlm::cuda_test {
 

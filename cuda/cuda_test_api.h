@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cpu_ops.h"
+#include "compute/cpu_ops.h"
 
 namespace kvlm::cuda_test {
 

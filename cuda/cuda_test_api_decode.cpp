@@ -10,11 +10,11 @@
 #include "cuda_ops.h"
 #include "cuda_test_api.h"
 #include "cuda_test_guard.h"
-#include "error.h"
+#include "util/error.h"
 
 namespace kvlm::cuda_test {
 
-// Not in cuda_test_api.h (whose declarations are fixed): tests/test_cuda_decode_kernels.cpp declares it
+// Not in cuda_test_api.h (whose declarations are fixed): tests/cuda/test_decode_kernels.cpp declares it
 // itself. The split count launch_paged_attention picks, with scratch_rows rows of scratch (0: none).
 int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t max_keys, int32_t n_sms,
                                     int64_t scratch_rows) {

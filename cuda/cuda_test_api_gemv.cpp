@@ -13,7 +13,7 @@
 namespace kvlm::cuda_test {
 
 // As gemv, but every weight matrix starts `weight_offset` elements past a 16-byte boundary, so a non-zero
-// offset forces the launcher's scalar path whatever n_in is. Declared where used (tests/test_cuda_gemv.cpp).
+// offset forces the launcher's scalar path whatever n_in is. Declared where used (tests/cuda/test_gemv.cpp).
 void gemv_offset_weights(float* const* outs, const void* const* weights, const DType* dtypes,
                          const float* const* biases, const int32_t* n_outs, int32_t n_outputs, const float* x,
                          int32_t n_in, const float* norm_weight, float norm_eps, bool accumulate,

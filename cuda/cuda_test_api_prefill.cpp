@@ -9,7 +9,7 @@
 #include "cuda_ops.h"
 #include "cuda_test_api.h"
 #include "cuda_test_guard.h"
-#include "error.h"
+#include "util/error.h"
 
 namespace kvlm::cuda_test {
 

@@ -8,7 +8,7 @@
 
 #include "cuda_check.h"
 #include "cuda_test_api.h"
-#include "error.h"
+#include "util/error.h"
 
 namespace kvlm::cuda_test {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "backend.h"
+#include "compute/backend.h"
 
 namespace kvlm {
 

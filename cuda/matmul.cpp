@@ -6,7 +6,7 @@
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
-#include "error.h"
+#include "util/error.h"
 
 namespace kvlm {
 

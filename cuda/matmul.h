@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "cublas_loader.h"
-#include "dtype.h"
+#include "format/dtype.h"
 
 namespace kvlm {
 

@@ -1,6 +1,6 @@
 # Generates gguf_quant_types.gguf (one small tensor per supported ggml type, plus metadata of every value type
 # including nested arrays) and gguf_quant_types.expected.f32 (the tensors dequantized by the gguf Python package,
-# concatenated in file order, without the final Q5_K tensor) for tests/test_gguf.cpp. Run from tests/data: python3 gen_gguf_quant_types.py
+# concatenated in file order, without the final Q5_K tensor) for tests/import/test_gguf.cpp. Run from tests/data: python3 gen_gguf_quant_types.py
 import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as T

@@ -1,12 +1,12 @@
-// Chat session state decoder (src/chat_state.cpp, chats/NAME.chat) on arbitrary bytes. Whatever decodes
+// Chat session state decoder (src/chat/chat_state.cpp, chats/NAME.chat) on arbitrary bytes. Whatever decodes
 // must re-encode to exactly the input bytes (the format has one encoding per state), and its undo points
 // must lie inside the conversation, in order, as ChatSession::undo and regenerate assume.
 #include <cstdlib>
 #include <cstring>
 
-#include "chat_state.h"
-#include "error.h"
+#include "chat/chat_state.h"
 #include "fuzz/fuzz_util.h"
+#include "util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kvlm::ChatState state;

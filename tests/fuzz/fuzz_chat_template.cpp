@@ -1,13 +1,13 @@
-// Chat templates (src/chat_template.h, src/jinja_*) on arbitrary text: parse, then render a fixed
+// Chat templates (src/chat/chat_template.h, src/chat/jinja/*) on arbitrary text: parse, then render a fixed
 // conversation and a small JSON context with tools. Runaway templates (huge loops, deep recursion, huge
 // strings or lists) must stop at the evaluator's limits with a kvlm::Error, never hang or exhaust memory.
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "chat_template.h"
-#include "error.h"
+#include "chat/chat_template.h"
 #include "fuzz/fuzz_util.h"
+#include "util/error.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// GGUF reader (src/gguf.cpp) and GGUF importer (src/convert_gguf.cpp) on arbitrary bytes: every metadata
+// GGUF reader (src/import/gguf.cpp) and GGUF importer (src/import/convert_gguf.cpp) on arbitrary bytes: every metadata
 // value through every typed getter, small tensors dequantized, the tokenizer built, and a small model
 // converted to .kvlm, which must then open and verify: the converter never writes a file kvlm refuses.
 #include <cstdio>
@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "convert.h"
-#include "error.h"
+#include "format/model_file.h"
 #include "fuzz/fuzz_util.h"
-#include "gguf.h"
-#include "model_file.h"
-#include "tokenizer.h"
-#include "tokenizer_import.h"
+#include "import/convert.h"
+#include "import/gguf.h"
+#include "import/tokenizer/tokenizer_import.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The Hugging Face JSON side files of src/convert_hf.cpp on arbitrary bytes, each input used as all three:
+// The Hugging Face JSON side files of src/import/convert_hf.cpp on arbitrary bytes, each input used as all three:
 // config.json (hf_config_from_json: architecture, shape, rope_scaling; an accepted config must validate
 // and give a sane tensor list), generation_config.json (eos ids as stop ids) and tokenizer_config.json
 // (the chat template).
@@ -6,10 +6,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "convert.h"
-#include "error.h"
+#include "format/model_file.h"
 #include "fuzz/fuzz_util.h"
-#include "model_file.h"
+#include "import/convert.h"
+#include "util/error.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// .kvlm model file reader (src/model_file*.cpp) on arbitrary bytes: open, verify, the tokenizer built from
+// .kvlm model file reader (src/format/model_file*.cpp) on arbitrary bytes: open, verify, the tokenizer built from
 // the metadata and every expected tensor required; a small model that opens also loads on the CPU backend
 // and generates a few tokens (weights and tokenizer from the file, so NaNs and odd vocabularies reach the
 // forward pass and the sampler). Each input is tried as is, then with its metadata and directory checksums
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "engine.h"
-#include "error.h"
+#include "engine/engine.h"
+#include "format/model_file.h"
 #include "fuzz/fuzz_util.h"
-#include "generate.h"
-#include "model_file.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "generate/generate.h"
+#include "generate/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 namespace {
 

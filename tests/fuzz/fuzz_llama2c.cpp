@@ -1,5 +1,5 @@
-// llama2.c checkpoint reader (src/llama2c_checkpoint.cpp), its importer (src/convert_llama2c.cpp) and the
-// tokenizer.bin reader (src/tokenizer_import_llama2c.cpp). The first byte picks what the rest is (mode % 3):
+// llama2.c checkpoint reader (src/import/llama2c_checkpoint.cpp), its importer (src/import/convert_llama2c.cpp) and the
+// tokenizer.bin reader (src/import/tokenizer/from_llama2c.cpp). The first byte picks what the rest is (mode % 3):
 //   0: a checkpoint: open, small element ranges of every tensor read as f32, and a small model converted
 //      with stories260K's tok512.bin (the .kvlm written must open and verify);
 //   1: a tokenizer.bin read to its end (n_vocab 0), then built into a Tokenizer;
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "convert.h"
-#include "error.h"
+#include "format/model_file.h"
 #include "fuzz/fuzz_util.h"
-#include "llama2c_checkpoint.h"
-#include "model_file.h"
-#include "tokenizer.h"
-#include "tokenizer_import.h"
+#include "import/convert.h"
+#include "import/llama2c_checkpoint.h"
+#include "import/tokenizer/tokenizer_import.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// safetensors reader (src/safetensors.cpp) and the Hugging Face importer (src/convert_hf.cpp). The first
+// safetensors reader (src/import/safetensors.cpp) and the Hugging Face importer (src/import/convert_hf.cpp). The first
 // byte picks what the rest is (mode % 3):
 //   0: one .safetensors file: open, then small element ranges of every supported tensor read as f32;
 //   1: u32 length + model.safetensors.index.json, then the bytes of its one shard
@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "convert.h"
-#include "error.h"
+#include "format/model_file.h"
 #include "fuzz/fuzz_util.h"
-#include "model_file.h"
-#include "safetensors.h"
+#include "import/convert.h"
+#include "import/safetensors.h"
+#include "util/error.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
-// Session KV block loader (SessionStore::read_block in src/session_store.h, decode_block_header in
-// src/session_format.h) on arbitrary bytes. The input is a block file, stored where a ref naming the hash in
+// Session KV block loader (SessionStore::read_block in src/session/session_store.h, decode_block_header in
+// src/session/session_format.h) on arbitrary bytes. The input is a block file, stored where a ref naming the hash in
 // its own header finds it (blocks/ab/<hash>.kvb of a scratch store); the ref's hash, n_tokens and checksum
 // and the namespace come from that header too, so inputs get past the naming checks to the size and
 // payload checks. read_block is asked for the payload sizes of real models; it must report problems as
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "fuzz/fuzz_util.h"
-#include "session_format.h"
-#include "session_store.h"
+#include "session/session_format.h"
+#include "session/session_store.h"
+#include "util/error.h"
 
 namespace {
 

@@ -1,10 +1,10 @@
-// Session manifest decoder (src/session_format.cpp) on arbitrary bytes; a decoded manifest must
+// Session manifest decoder (src/session/session_format.cpp) on arbitrary bytes; a decoded manifest must
 // encode and decode back to the same content.
 #include <cstdlib>
 
-#include "error.h"
 #include "fuzz/fuzz_util.h"
-#include "session_format.h"
+#include "session/session_format.h"
+#include "util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kvlm::SessionManifest manifest;

@@ -1,4 +1,4 @@
-// The real tokenizers (src/tokenizer.h) on arbitrary text: SmolLM2 (byte-level BPE from tokenizer.json),
+// The real tokenizers (src/tokenizer/tokenizer.h) on arbitrary text: SmolLM2 (byte-level BPE from tokenizer.json),
 // Llama 2 (SentencePiece tokenizer.model), Llama 3 (tiktoken) and Qwen2 (vocab.json + merges.txt), loaded
 // once. Byte 0 picks the tokenizer (bits 0-1), add_bos (bit 2) and parse_special (bit 3); the rest is the
 // text, invalid UTF-8 included. Checked: every id is inside the vocabulary; decoding never fails; the
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "tokenizer.h"
-#include "tokenizer_import.h"
-#include "unicode.h"
+#include "import/tokenizer/tokenizer_import.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace {
 

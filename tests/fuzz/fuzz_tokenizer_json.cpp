@@ -1,14 +1,14 @@
-// Hugging Face tokenizer.json importer (tokenizer_from_hf_json, src/tokenizer_import_hf.cpp) on arbitrary
+// Hugging Face tokenizer.json importer (tokenizer_from_hf_json, src/import/tokenizer/from_hf.cpp) on arbitrary
 // bytes: the input is a tokenizer.json, optionally followed by kConfigSeparator and a tokenizer_config.json.
 // A tokenizer that imports must build, encode a fixed text to ids inside its vocabulary and decode them.
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
-#include "error.h"
 #include "fuzz/fuzz_util.h"
-#include "tokenizer.h"
-#include "tokenizer_import.h"
+#include "import/tokenizer/tokenizer_import.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 namespace {
 

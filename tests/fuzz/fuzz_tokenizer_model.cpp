@@ -1,5 +1,5 @@
 // The other tokenizer files kvlm takes from strangers, through load_tokenizer_source
-// (src/tokenizer_import.cpp): tokenizer.model (SentencePiece protobuf or tiktoken text, detected) with an
+// (src/import/tokenizer/tokenizer_import.cpp): tokenizer.model (SentencePiece protobuf or tiktoken text, detected) with an
 // optional tokenizer_config.json, GPT-2 style vocab.json + merges.txt (+ added_tokens.json), and llama2.c
 // tokenizer.bin. Input: one selector byte (kind = byte % 3; >= 128: load the directory instead of the file),
 // then the files separated by kFileSeparator. An imported tokenizer must build, encode and decode.
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "fuzz/fuzz_util.h"
-#include "tokenizer.h"
-#include "tokenizer_import.h"
+#include "import/tokenizer/tokenizer_import.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 namespace {
 

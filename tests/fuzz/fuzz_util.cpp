@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "error.h"
-#include "model_file.h"
+#include "format/model_file.h"
+#include "util/error.h"
 
 namespace fs = std::filesystem;
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "convert.h"
+#include "import/convert.h"
 
 namespace kvlm::fuzz {
 

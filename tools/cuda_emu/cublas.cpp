@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "cublas_loader.h"
-#include "dtype.h"
+#include "cuda/cublas_loader.h"
 #include "emu_internal.h"
-#include "error.h"
+#include "format/dtype.h"
+#include "util/error.h"
 
 struct cublasContext {
     cudaStream_t stream = nullptr;

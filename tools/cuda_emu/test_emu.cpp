@@ -1,4 +1,4 @@
-// Checks of the CUDA emulator itself (emulated build only): its f16/bf16 conversions against src/dtype.cpp,
+// Checks of the CUDA emulator itself (emulated build only): its f16/bf16 conversions against src/format/dtype.cpp,
 // a block's shared memory and barriers, and that each misuse it promises to catch aborts with its message
 // (run in a forked child, so the abort does not end the test binary).
 #include <doctest/doctest.h>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "cublas_loader.h"
-#include "dtype.h"
+#include "cuda/cublas_loader.h"
+#include "format/dtype.h"
 
 namespace {
 
@@ -119,7 +119,7 @@ void expect_abort(void (*f)(), const char* message) {
 
 }  // namespace
 
-TEST_CASE("cuda kernels: emulator f16/bf16 conversions match src/dtype.cpp") {
+TEST_CASE("cuda kernels: emulator f16/bf16 conversions match src/format/dtype.cpp") {
     for (uint32_t h = 0; h < 65536; h++) {
         const float a = __half2float(__ushort_as_half(uint16_t(h))), b = kvlm::f16_to_f32(uint16_t(h));
         if (std::isnan(b)) CHECK(std::isnan(a));

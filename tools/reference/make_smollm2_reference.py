@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/data/smollm2_reference.json: greedy chat answers of SmolLM2-135M-Instruct (Q4_1 GGUF) from
-the independent float64 reference (llama_reference.py), for tests/test_smollm2.cpp.
+the independent float64 reference (llama_reference.py), for tests/engine/test_smollm2.cpp.
 
 Everything kvlm will be compared against comes from outside kvlm: the chat template is rendered with
 jinja2 (HF settings: trim_blocks, lstrip_blocks, add_generation_prompt), text is tokenized with the HF

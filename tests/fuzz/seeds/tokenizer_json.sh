@@ -4,7 +4,7 @@
 # small SentencePiece-style (Metaspace, byte fallback) tokenizer.json.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-python3 - "$DATA/tokenizers/smollm2" "$root/src/tokenizer_import_hf.cpp" "$OUT_DIR" <<'PY'
+python3 - "$DATA/tokenizers/smollm2" "$root/src/import/tokenizer/from_hf.cpp" "$OUT_DIR" <<'PY'
 import copy, json, re, sys
 src, importer, out = sys.argv[1:4]
 sep = "\n--- tokenizer_config.json ---\n"

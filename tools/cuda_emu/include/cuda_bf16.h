@@ -1,5 +1,5 @@
 // __nv_bfloat16 for the emulated build: bf16 is the top half of an f32; conversions from f32 round to
-// nearest even, as __float2bfloat16_rn and src/dtype.cpp do (checked against it by tools/cuda_emu/test_emu.cpp).
+// nearest even, as __float2bfloat16_rn and src/format/dtype.cpp do (checked against it by tools/cuda_emu/test_emu.cpp).
 #pragma once
 #include "cuda_runtime.h"
 

@@ -1,5 +1,5 @@
 // __half for the emulated build: conversions round to nearest even, as the hardware's __float2half_rn and
-// src/dtype.cpp do (own code, checked against src/dtype.cpp by tools/cuda_emu/test_emu.cpp).
+// src/format/dtype.cpp do (own code, checked against src/format/dtype.cpp by tools/cuda_emu/test_emu.cpp).
 #pragma once
 #include "cuda_runtime.h"
 

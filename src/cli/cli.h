@@ -1,0 +1,133 @@
+// Options and entry points of the kvlm subcommands. main.cpp parses flags into these structs (CLI11)
+// and calls the matching cmd_* function; each returns the process exit code and throws Error on bad input.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "generate/sampler.h"
+#include "util/byte_size.h"  // parse_byte_size for the flags
+
+namespace kvlm {
+
+class Engine;
+class Tokenizer;
+struct EngineOptions;
+struct GenerationResult;
+using TextCallback = std::function<void(const std::string& text)>;
+
+// The tokenizer drops bytes its vocabulary has no token for: says so on stderr, naming them.
+void warn_dropped_bytes(const Tokenizer& tokenizer, std::string_view text, std::string_view what);
+
+struct InspectOptions {
+    std::string model_path;
+    bool verify = false;        // recompute every tensor checksum
+    std::string kv_mem;         // memory budget for the KV-planning table, e.g. "4GiB" (empty: a default set)
+    bool json = false;          // machine-readable output on stdout
+};
+int cmd_inspect(const InspectOptions& options);
+
+struct ConvertOptions;  // import/convert.h: main.cpp fills it
+int cmd_convert(const ConvertOptions& options);
+
+struct TokenizeOptions {
+    std::string model_path;
+    std::string text;
+    bool pieces = false;         // print "id\tpiece" per line instead of the id list
+    bool no_bos = false;
+    bool no_special = false;     // treat special-token text as plain text
+};
+int cmd_tokenize(const TokenizeOptions& options);
+
+// The model and engine flags run, chat and bench share (bench registers neither -c nor --kv-mem).
+struct EngineFlags {
+    std::string model_path;      // -m
+    int32_t n_ctx = 0;           // context length (0: the model's)
+    int32_t n_threads = 0;       // 0: all cores
+    int32_t block_size = 16;     // a continued session's unless block_size_given (to_engine_options)
+    bool block_size_given = false;  // --block-size on the command line
+    std::string kv_mem;          // KV pool budget ("512MiB" or "90%"); empty: sized from the context
+    std::string kv_dtype = "auto";  // KV-cache element type: auto, f32, f16 or bf16 (EngineOptions::kv_dtype_auto)
+    std::string device = "auto";   // auto | cuda | cpu
+};
+
+// --session NAME and the store it lives in (run and chat).
+struct SessionFlags {
+    std::string name;            // "" = no session
+    std::string dir;             // "" = $KVLM_SESSION_DIR, $XDG_CACHE_HOME/kvlm or ~/.cache/kvlm
+    std::string quota;           // store size cap ("4GiB"); "" = kDefaultSessionQuota
+};
+
+// The engine settings the flags ask for (kv_dtype and kv_mem parsed, throwing Error naming the flag);
+// the caller adds what its subcommand decides (n_spare_blocks, quiet, bench's n_ctx). With a saved
+// `session`, the cache type (--kv-dtype auto) and block size (no --block-size) are the session's.
+EngineOptions to_engine_options(const EngineFlags& flags, const SessionFlags* session = nullptr);
+// The store directory a --session-dir value names ("" = SessionStore::default_dir()).
+std::string session_store_dir(const std::string& dir);
+// A --session-quota value in bytes ("" = kDefaultSessionQuota); throws Error naming the flag on a bad size.
+uint64_t session_quota_bytes(const std::string& quota);
+
+struct RunOptions {
+    EngineFlags engine;
+    std::string prompt;
+    bool prompt_given = false;   // -p given (possibly ""); otherwise read stdin
+    int32_t n_predict = -1;      // max new tokens (-1: until end of generation or context)
+    bool chat = false;
+    std::string system;          // system prompt with --chat
+    std::string chat_template;   // with --chat: builtin name or Jinja file; "" = the model's own
+    bool verbose = false;
+    bool quiet = false;
+    SamplingParams sampling;
+    int32_t n_samples = 1;       // completions sharing the prompt's KV; sample i (0-based) is seeded seed + i
+    SessionFlags session;        // continue and save session.name (docs/SESSIONS.md)
+};
+int cmd_run(const RunOptions& options);
+
+// The --session part of `kvlm run` (cli/session.cpp): locks the session, restores its transcript and K/V,
+// prefills the tokens not in KV plus `prompt` (a continuation appends it without BOS; a new session uses
+// fresh_prompt_ids), generates streaming to on_text, saves. Telemetry (n_restored, ...) in the result.
+// A chat session (saved by `kvlm chat` or `run --chat`) is refused: raw text would corrupt its messages.
+GenerationResult run_session_turn(Engine& engine, const RunOptions& options, const std::string& prompt,
+                                  const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text);
+// `kvlm run --chat --session` (cli/session.cpp): `message` is the next user message of chat session
+// options.session.name, the same session `kvlm chat --session` continues; restore, answer, save.
+GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options, const std::string& message,
+                                       const TextCallback& on_text);
+
+struct ChatOptions {
+    EngineFlags engine;
+    std::string system;          // --system TEXT
+    std::string system_file;     // --system-file F (exclusive with --system)
+    std::string chat_template;   // builtin name or Jinja file; "" = the model's own
+    int32_t n_predict = -1;      // per-answer token limit
+    bool verbose = false;        // stats line on stderr after each answer
+    bool single = false;         // piped stdin is one message, not one per line
+    SamplingParams sampling;
+    SessionFlags session;        // restore session.name at start, save it after each turn and on exit
+};
+int cmd_chat(const ChatOptions& options);
+
+struct SessionOptions {
+    std::string action;          // ls | show | rm | verify | gc | pin | unpin
+    std::string name;            // session name (required by show, rm, pin, unpin; optional for verify)
+    std::string dir;             // --session-dir; "" = the default store
+    std::string quota;           // gc --quota SIZE: also evict LRU blocks until the store fits
+    std::string model_path;      // show -m MODEL: decode the transcript to text
+};
+int cmd_session(const SessionOptions& options);
+
+struct BenchOptions {
+    EngineFlags engine;                           // n_ctx and kv_mem unused: the plan sizes the context
+    std::vector<int32_t> prompt_lengths = {512};  // -p: prefill tests (0 = none)
+    std::vector<int32_t> gen_lengths = {128};     // -n: decode tests (0 = none)
+    std::vector<int32_t> depths = {0};            // -d: tokens already in context before each test
+    int32_t n_reps = 5;                           // -r
+    std::string output = "md";                    // md | json (stdout)
+    bool scenarios = true;                        // cache/session/cold-start rows
+    int32_t scenario_tokens = 0;                  // history length for the cache scenarios (0 = first -p)
+};
+int cmd_bench(const BenchOptions& options);
+
+}  // namespace kvlm

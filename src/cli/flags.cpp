@@ -1,0 +1,58 @@
+// The flags run, chat and bench share (cli.h EngineFlags, SessionFlags), turned into engine options and
+// session-store settings in one place, so every subcommand reads them the same way.
+#include "cli/cli.h"
+
+#include "engine/engine.h"
+#include "session/session_store.h"
+#include "util/error.h"
+
+namespace kvlm {
+
+// The identity a continued session was saved with; false for no session, a new one or an unreadable
+// manifest (the restore reports that with the full explanation).
+static bool saved_identity(const SessionFlags* session, SessionIdentity* identity) {
+    if (!session || session->name.empty()) return false;
+    SessionStore store(session_store_dir(session->dir));
+    if (!store.has_session(session->name)) return false;
+    try {
+        *identity = store.load_manifest(session->name).identity;
+        return true;
+    } catch (const Error&) {
+        return false;
+    }
+}
+
+EngineOptions to_engine_options(const EngineFlags& flags, const SessionFlags* session) {
+    EngineOptions options;
+    options.device = flags.device;
+    options.n_threads = flags.n_threads;
+    options.n_ctx = flags.n_ctx;
+    options.block_size = flags.block_size;
+    parse_kv_dtype(flags.kv_dtype, &options);
+    parse_kv_mem(flags.kv_mem, &options);
+    // A continued session keeps the cache type (--kv-dtype auto) and block size (no --block-size) it was
+    // saved with, so a session saved on a GPU in bf16 continues on the CPU; an explicit value that differs is
+    // refused when the session loads.
+    SessionIdentity saved;
+    if ((options.kv_dtype_auto || !flags.block_size_given) && saved_identity(session, &saved)) {
+        const std::string why = fmt::format("session '{}' was saved with it", session->name);
+        if (options.kv_dtype_auto) {
+            options.kv_dtype = saved.kv_dtype;
+            options.kv_dtype_auto = false;
+            options.kv_dtype_why = "auto: " + why;
+        }
+        if (!flags.block_size_given && saved.block_size != options.block_size) {
+            options.block_size = saved.block_size;
+            options.block_size_why = why;  // said only when it is not the usual 16
+        }
+    }
+    return options;
+}
+
+std::string session_store_dir(const std::string& dir) { return dir.empty() ? SessionStore::default_dir() : dir; }
+
+uint64_t session_quota_bytes(const std::string& quota) {
+    return quota.empty() ? kDefaultSessionQuota : parse_byte_size(quota, "--session-quota");
+}
+
+}  // namespace kvlm

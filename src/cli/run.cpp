@@ -1,0 +1,170 @@
+// `kvlm run`: one-shot generation. stdout carries only the generated text, streamed; everything
+// else (device choice, stats with --verbose, errors) goes to stderr.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+
+#include "chat/chat_session.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "generate/generate.h"
+#include "util/error.h"
+
+namespace kvlm {
+
+namespace {
+
+std::string read_prompt(const RunOptions& options) {
+    if (options.prompt_given) return options.prompt;
+    if (isatty(STDIN_FILENO))
+        throw_error("no prompt: pass -p TEXT or pipe the prompt on stdin (for a conversation use `kvlm chat`)");
+    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    // `echo text | kvlm run` adds one newline that is not part of the prompt.
+    if (text.size() >= 2 && text.compare(text.size() - 2, 2, "\r\n") == 0) text.resize(text.size() - 2);
+    else if (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+}
+
+std::vector<int32_t> tokenize_prompt(const Engine& engine, const RunOptions& options, const std::string& prompt) {
+    const Tokenizer& tokenizer = engine.tokenizer();
+    if (options.chat) {
+        std::vector<ChatMessage> messages;
+        if (!options.system.empty()) messages.push_back({"system", options.system});
+        messages.push_back({"user", prompt});
+        return first_chat_turn_tokens(engine, load_chat_template(engine, options.chat_template), messages);
+    }
+    if (!options.system.empty()) throw_error("--system needs --chat");
+    if (!options.chat_template.empty()) throw_error("--chat-template needs --chat");
+    if (prompt.empty()) {  // -p "": start from BOS alone
+        if (tokenizer.bos_id() < 0) throw_error("empty prompt, and the model has no BOS token to start from");
+        return {tokenizer.bos_id()};
+    }
+    return tokenizer.encode(prompt, /*add_bos=*/true, /*parse_special=*/true);
+}
+
+// Stats of one completion on stderr (--verbose). `label` is "" for a single run, "sample i: " otherwise.
+void print_stats(const Engine& engine, const GenerationResult& result, const std::string& label,
+                 double setup_seconds) {
+    int32_t n_generated = int32_t(result.generated.size());
+    double decode_rate = result.decode_seconds > 0 ? (n_generated - 1) / result.decode_seconds : 0;
+    std::fprintf(stderr,
+                 "kvlm: %sload %.3f s | prompt %d tokens: %d reused from the pool, %d restored from disk, %d "
+                 "prefilled in %.3f s (%.1f tok/s) | generated %d tokens, decode %.1f tok/s | start to first token "
+                 "%.3f s | stop: %s\n",
+                 label.c_str(), engine.load_seconds(), result.n_prompt, result.n_reused, result.n_restored,
+                 result.n_prefilled, result.prefill_seconds,
+                 result.prefill_seconds > 0 ? result.n_prefilled / result.prefill_seconds : 0.0, n_generated,
+                 decode_rate, setup_seconds + result.first_token_seconds, result.stop_reason.c_str());
+}
+
+void print_pool_stats(Engine& engine, uint64_t logits_hash) {
+    PrefixCacheStats cache = engine.prefix_cache().stats();
+    std::fprintf(stderr,
+                 "kvlm: KV blocks used %d of %d (block size %d) | prefix cache %d blocks, %lld hits, %lld evictions | "
+                 "logits hash %016llx\n",
+                 engine.pool().n_used(), engine.pool().n_blocks(), engine.pool().block_size(), cache.n_indexed,
+                 (long long)cache.n_hit_blocks, (long long)cache.n_evictions, (unsigned long long)logits_hash);
+}
+
+// Generation cut short by a full context or KV pool says so on stderr: the text is never silently truncated.
+void report_cut_short(Engine& engine, const GenerationResult& result, const std::string& label) {
+    int32_t n_generated = int32_t(result.generated.size());
+    if (result.stop_reason == "context full")
+        std::fprintf(stderr,
+                     "kvlm: %sstopped after %d tokens: context full (%d tokens; raise it with -c, up to the model's "
+                     "%d)\n",
+                     label.c_str(), n_generated, engine.n_ctx(), engine.model().config().n_ctx);
+    else if (result.stop_reason == "KV cache full")
+        std::fprintf(stderr,
+                     "kvlm: %sstopped after %d tokens: KV cache full (the pool holds %lld tokens; raise --kv-mem)\n",
+                     label.c_str(), n_generated, (long long)engine.n_pool_tokens());
+}
+
+// The prompt is prefilled once; each of the options.n_samples completions decodes on a fork of it (the
+// last one on the prompt sequence itself), with its own sampler seeded seed + i. On stdout, completion i
+// (1-based, i >= 2) is preceded by the delimiter "\n--- sample i ---\n".
+void run_samples(Engine& engine, const RunOptions& options, const std::vector<int32_t>& prompt_ids,
+                 double setup_seconds) {
+    PrefixCache& cache = engine.prefix_cache();
+    Sequence prompt_seq;
+    Prefill prompt = prefill(engine, prompt_seq, prompt_ids);
+    bool wrote_newline_last = true;
+    auto write_text = [&](const std::string& text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        wrote_newline_last = text.back() == '\n';
+    };
+    for (int32_t i = 0; i < options.n_samples; i++) {
+        if (i > 0) write_text(fmt::format("\n--- sample {} ---\n", i + 1));
+        bool last = i + 1 == options.n_samples;
+        Sequence seq = last ? std::move(prompt_seq) : cache.fork(prompt_seq);
+        SamplingParams params = options.sampling;
+        params.seed += uint64_t(i);
+        Sampler sampler(params);
+        GenerationResult result = decode(engine, seq, prompt.logits, options.n_predict, sampler, write_text);
+        result.n_prompt = prompt.n_prompt;
+        result.n_reused = i == 0 ? prompt.n_reused : prompt.n_prompt;  // later samples share the prefilled prompt
+        result.n_prefilled = i == 0 ? prompt.n_prefilled : 0;
+        result.prefill_seconds = i == 0 ? prompt.seconds : 0;
+        result.first_token_seconds += result.prefill_seconds;
+
+        std::string label = options.n_samples > 1 ? fmt::format("sample {}: ", i + 1) : "";
+        if (!options.quiet) report_cut_short(engine, result, label);
+        if (options.verbose) {
+            print_stats(engine, result, label, setup_seconds);
+            print_pool_stats(engine, result.logits_hash);
+        }
+        cache.release(seq);
+    }
+    if (!wrote_newline_last && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int cmd_run(const RunOptions& options) {
+    auto command_start = std::chrono::steady_clock::now();
+    if (options.n_predict < -1) throw_error("-n: {} is not valid (use -1 for no limit)", options.n_predict);
+    if (options.verbose && options.quiet) throw_error("--verbose and --quiet cannot be combined");
+    if (options.n_samples < 1) throw_error("--samples: {} is not valid (need at least 1)", options.n_samples);
+    std::string prompt = read_prompt(options);
+
+    EngineOptions engine_options = to_engine_options(options.engine, &options.session);
+    // A fork writing past the prompt copies the prompt's shared last block: one block beyond the context.
+    engine_options.n_spare_blocks = options.n_samples > 1 ? 1 : 0;
+    engine_options.quiet = options.quiet;
+    Engine engine(options.engine.model_path, engine_options);
+
+    // A chat session's turn is rendered against its saved messages (cli/session.cpp), not tokenized here.
+    bool chat_session = options.chat && !options.session.name.empty();
+    std::vector<int32_t> prompt_ids = chat_session ? std::vector<int32_t>{} : tokenize_prompt(engine, options, prompt);
+    if (!options.quiet) {
+        warn_dropped_bytes(engine.tokenizer(), prompt, "the prompt");
+        warn_dropped_bytes(engine.tokenizer(), options.system, "--system");
+    }
+    double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
+    if (!options.session.name.empty()) {  // restore, generate, save: cli/session.cpp
+        bool newline_last = true;
+        auto write_text = [&](const std::string& text) {
+            std::fwrite(text.data(), 1, text.size(), stdout);
+            std::fflush(stdout);
+            newline_last = text.back() == '\n';
+        };
+        GenerationResult result = chat_session ? run_chat_session_turn(engine, options, prompt, write_text)
+                                               : run_session_turn(engine, options, prompt, prompt_ids, write_text);
+        if (!newline_last && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
+        if (!options.quiet) report_cut_short(engine, result, "");
+        if (options.verbose) {
+            print_stats(engine, result, "", setup_seconds);
+            print_pool_stats(engine, result.logits_hash);
+        }
+        return 0;
+    }
+    run_samples(engine, options, prompt_ids, setup_seconds);
+    return 0;
+}
+
+}  // namespace kvlm

@@ -1,0 +1,83 @@
+// The coarse compute interface every backend (CPU reference, CUDA) implements: run tokens of one
+// sequence through the model over its block table and return logits; move K/V blocks in and out
+// (KvBlockStorage). The K/V bytes of physical block b live wherever the backend keeps them, laid out as
+//   [n_layers][2 (K, V)][block_size][n_kv_heads][head_dim] in kv_dtype(),
+// so one block is one contiguous record (what the session store saves and restores).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "format/dtype.h"
+#include "format/model_config.h"
+#include "kv/block_storage.h"
+#include "kv/kv_pool.h"
+
+namespace kvlm {
+
+class ModelFile;
+
+struct BackendOptions {
+    int32_t n_threads = 0;        // CPU threads (0 = all cores)
+    int32_t n_kv_blocks = 0;      // physical KV blocks in the pool
+    bool kv_blocks_from_mem_size = false;  // n_kv_blocks came from --kv-mem SIZE (else from the context)
+    int32_t block_size = 16;      // tokens per KV block
+    DType kv_dtype = DType::f32;  // element type of the KV cache
+    bool cuda_graphs = true;      // CUDA: replay decode steps as CUDA graphs (KVLM_CUDA_GRAPHS=0 turns off)
+    // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
+    // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
+    double kv_mem_fraction = 0;
+};
+
+// Published peak figures of the device a backend runs on, for roofline fractions in `kvlm bench`;
+// 0 when unknown (the CPU backend, an unlisted GPU).
+struct DevicePeaks {
+    double memory_gb_s = 0;   // DRAM/HBM bandwidth, GB/s (1e9 bytes)
+    double bf16_tflops = 0;   // dense bf16 tensor-core throughput with f32 accumulation, TFLOP/s
+    std::string source;       // where the figures come from ("datasheet: H100 SXM5", "clock x bus width")
+};
+
+class Backend : public KvBlockStorage {
+public:
+    virtual ~Backend() = default;
+    virtual std::string name() const = 0;  // "cpu", "cuda (NVIDIA H100 ...)"
+    virtual const ModelConfig& config() const = 0;
+
+    // Runs tokens[0..n_tokens) at positions pos..pos+n_tokens-1 through the model. Their K/V are written
+    // into the blocks of `table` (which the caller has already grown to hold pos + n_tokens tokens);
+    // attention reads positions 0..pos+n_tokens-1 through `table`. Writes logits for the last token
+    // ([n_vocab]) into `logits`, or for every token ([n_tokens, n_vocab]) when all_logits is true.
+    virtual void forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table,
+                         float* logits, bool all_logits = false) = 0;
+
+    virtual DevicePeaks peaks() const { return {}; }
+};
+
+// Argument checks shared by every backend (throw Error prefixed with `backend`, e.g. "cpu backend"):
+// a physical block id inside the pool, and a forward call whose tokens are in the vocabulary and whose
+// positions fit the blocks the table holds.
+void check_kv_block(const char* backend, int32_t block, int32_t n_kv_blocks, const char* what);
+void check_forward_args(const char* backend, const ModelConfig& config, int32_t block_size, int32_t n_kv_blocks,
+                        const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table);
+
+// Physical KV blocks a backend allocates: options.n_kv_blocks, or enough for the model's context when 0.
+int32_t kv_block_count(const ModelConfig& config, const BackendOptions& options);
+// With options.kv_mem_fraction > 0: the larger of `minimum` and the blocks of `block_bytes` that fill that
+// fraction of `free_bytes` (capped at 2^30 blocks); otherwise `minimum`.
+int32_t kv_blocks_for_free_memory(int32_t minimum, const BackendOptions& options, uint64_t free_bytes,
+                                  size_t block_bytes);
+// What a user changes when the KV pool does not fit: --kv-mem only when it set the size (a share of free
+// memory never goes below what the context needs), the context always, a 16-bit cache when it is f32.
+std::string kv_pool_advice(const BackendOptions& options);
+// MemAvailable from /proc/meminfo in bytes (0 when unreadable).
+uint64_t host_available_memory();
+
+// KV bytes for one token across all layers (K and V) in `kv_dtype`.
+size_t kv_bytes_per_token(const ModelConfig& config, DType kv_dtype);
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelFile& model, const BackendOptions& options);
+// Defined in cuda/ when built with CUDA; otherwise throws Error saying kvlm was built without CUDA.
+std::unique_ptr<Backend> make_cuda_backend(const ModelFile& model, const BackendOptions& options);
+bool cuda_available(std::string* why_not);  // a usable device exists (false in CUDA=0 builds)
+
+}  // namespace kvlm

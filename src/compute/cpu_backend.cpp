@@ -1,0 +1,191 @@
+// CPU backend: owns the KV block storage (n_kv_blocks records of KvLayout::block_bytes()), scratch
+// buffers sized for the largest batch (decode allocates nothing) and the thread pool.
+#include "compute/cpu_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "compute/cpu_ops.h"
+#include "format/model_file.h"
+#include "util/byte_size.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace kvlm {
+
+namespace {
+
+class CpuBackend final : public Backend {
+public:
+    CpuBackend(const ModelConfig& config, const ModelWeights& weights, const BackendOptions& options)
+        : config_(config), weights_(weights), pool_(options.n_threads) {
+        config_.validate("cpu backend");
+        check_model_weights(config_, weights_, "cpu backend");
+        if (options.block_size < 1) throw_error("cpu backend: block size {} must be at least 1", options.block_size);
+        layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
+        n_kv_blocks_ = kv_blocks_for_free_memory(kv_block_count(config_, options), options, host_available_memory(),
+                                                 layout_.block_bytes());
+        size_t total = size_t(n_kv_blocks_) * layout_.block_bytes();
+        if (total / layout_.block_bytes() != size_t(n_kv_blocks_)) throw_error("cpu backend: KV cache size overflows");
+        kv_ = static_cast<char*>(std::calloc(total, 1));  // zeroed lazily by the OS
+        if (!kv_)
+            throw_error("cpu backend: the KV pool of {} blocks ({}, {} tokens per block, {}) does not fit in memory; {}",
+                        n_kv_blocks_, byte_size_text(total), layout_.block_size, dtype_name(layout_.dtype),
+                        kv_pool_advice(options));
+
+        inv_freq_.resize(size_t(config_.head_dim / 2));
+        rope_inv_freq(inv_freq_.data(), config_.head_dim, config_.rope_theta, config_.rope_scaling);
+
+        max_batch_ = int32_t(std::min<int64_t>(kCpuMaxBatch, int64_t(n_kv_blocks_) * options.block_size));
+        max_batch_ = std::max(max_batch_, 1);
+        size_t b = size_t(max_batch_);
+        int64_t q_dim = int64_t(config_.n_heads) * config_.head_dim, kv_dim = layout_.row_elements();
+        x_.resize(b * size_t(config_.n_embd));
+        h_.resize(b * size_t(config_.n_embd));
+        tmp_.resize(b * size_t(config_.n_embd));
+        q_.resize(b * size_t(q_dim));
+        att_.resize(b * size_t(q_dim));
+        k_.resize(b * size_t(kv_dim));
+        v_.resize(b * size_t(kv_dim));
+        gate_.resize(b * size_t(config_.n_ff));
+        up_.resize(b * size_t(config_.n_ff));
+        positions_.resize(b);
+        name_ = fmt::format("cpu ({} threads{})", pool_.n_threads(), cpu_simd_enabled() ? ", avx2" : "");
+    }
+    ~CpuBackend() override { std::free(kv_); }
+
+    std::string name() const override { return name_; }
+    const ModelConfig& config() const override { return config_; }
+    int32_t n_kv_blocks() const override { return n_kv_blocks_; }
+    size_t kv_block_bytes() const override { return layout_.block_bytes(); }
+
+    void read_kv_block(int32_t block, void* dst) const override {
+        check_block(block, "read_kv_block");
+        std::memcpy(dst, kv_ + size_t(block) * kv_block_bytes(), kv_block_bytes());
+    }
+    void write_kv_block(int32_t block, const void* src) override {
+        check_block(block, "write_kv_block");
+        std::memcpy(kv_ + size_t(block) * kv_block_bytes(), src, kv_block_bytes());
+    }
+    void copy_kv_block(int32_t src_block, int32_t dst_block) override {
+        check_block(src_block, "copy_kv_block");
+        check_block(dst_block, "copy_kv_block");
+        if (src_block == dst_block) return;
+        std::memcpy(kv_ + size_t(dst_block) * kv_block_bytes(), kv_ + size_t(src_block) * kv_block_bytes(),
+                    kv_block_bytes());
+    }
+
+    void forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table, float* logits,
+                 bool all_logits) override {
+        check_forward(tokens, n_tokens, pos, table);
+        for (int32_t start = 0; start < n_tokens; start += max_batch_) {
+            int32_t n = std::min(max_batch_, n_tokens - start);
+            float* out = nullptr;
+            if (all_logits) out = logits + int64_t(start) * config_.n_vocab;
+            else if (start + n == n_tokens) out = logits;
+            forward_batch(tokens + start, n, pos + start, table.blocks.data(), out, all_logits);
+        }
+    }
+
+private:
+    void check_block(int32_t block, const char* what) const { check_kv_block("cpu backend", block, n_kv_blocks_, what); }
+
+    void check_forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table) const {
+        check_forward_args("cpu backend", config_, layout_.block_size, n_kv_blocks_, tokens, n_tokens, pos, table);
+    }
+
+    // Runs n <= max_batch_ tokens; logits (if not null) get the last token's, or all n with all_logits.
+    void forward_batch(const int32_t* tokens, int32_t n, int32_t pos, const int32_t* block_table, float* logits,
+                       bool all_logits) {
+        const ModelConfig& c = config_;
+        const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim, kv_dim = int32_t(layout_.row_elements());
+        ThreadPool* pool = &pool_;
+        for (int32_t t = 0; t < n; t++) positions_[size_t(t)] = pos + t;
+        float *x = x_.data(), *h = h_.data(), *tmp = tmp_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data();
+        float *att = att_.data(), *gate = gate_.data(), *up = up_.data();
+        const int32_t* positions = positions_.data();
+
+        embed_cpu(x, tokens, weights_.token_embd.data, weights_.token_embd.dtype, n, dim);
+        // Weight shapes were checked against the config: w is [rows, cols].
+        auto matmul = [&](float* out, const float* in, const TensorView& w) {
+            matmul_cpu(out, in, w.data, w.dtype, n, w.shape[1], w.shape[0], pool);
+        };
+        // Element-wise ops split over tokens, but only when the batch is big enough to pay for the wake-up.
+        auto over_tokens = [&](int64_t per_token, FunctionRef<void(int64_t, int64_t)> fn) {
+            if (int64_t(n) * per_token >= (1 << 15)) pool_.parallel_for(n, fn);
+            else fn(0, n);
+        };
+        auto rmsnorm = [&](float* out, const float* in, const TensorView& w) {
+            over_tokens(dim, [&](int64_t b, int64_t e) {
+                rmsnorm_cpu(out + b * dim, in + b * dim, static_cast<const float*>(w.data), int32_t(e - b), dim,
+                            c.norm_eps);
+            });
+        };
+        for (int32_t layer = 0; layer < c.n_layers; layer++) {
+            const LayerWeights& lw = weights_.layers[size_t(layer)];
+            rmsnorm(h, x, lw.attn_norm);
+            matmul(q, h, lw.attn_q);
+            matmul(k, h, lw.attn_k);
+            matmul(v, h, lw.attn_v);
+            if (c.qkv_bias) {
+                add_bias_cpu(q, static_cast<const float*>(lw.attn_q_bias.data), n, q_dim);
+                add_bias_cpu(k, static_cast<const float*>(lw.attn_k_bias.data), n, kv_dim);
+                add_bias_cpu(v, static_cast<const float*>(lw.attn_v_bias.data), n, kv_dim);
+            }
+            rope_cpu(q, positions, inv_freq_.data(), n, c.n_heads, c.head_dim);
+            rope_cpu(k, positions, inv_freq_.data(), n, c.n_kv_heads, c.head_dim);
+            kv_write_cpu(kv_, layout_, layer, k, v, block_table, positions, n);
+            paged_attention_cpu(att, q, kv_, layout_, layer, block_table, positions, n, c.n_heads, pool);
+            matmul(tmp, att, lw.attn_output);
+            add_cpu(x, tmp, int64_t(n) * dim);
+
+            rmsnorm(h, x, lw.ffn_norm);
+            matmul(gate, h, lw.ffn_gate);
+            matmul(up, h, lw.ffn_up);
+            over_tokens(c.n_ff, [&](int64_t b, int64_t e) {
+                swiglu_cpu(gate + b * c.n_ff, gate + b * c.n_ff, up + b * c.n_ff, int32_t(e - b), c.n_ff);
+            });
+            matmul(tmp, gate, lw.ffn_down);
+            add_cpu(x, tmp, int64_t(n) * dim);
+        }
+        if (!logits) return;
+        const TensorView& out_w = weights_.output;
+        if (all_logits) {
+            rmsnorm(h, x, weights_.output_norm);
+            matmul_cpu(logits, h, out_w.data, out_w.dtype, n, dim, c.n_vocab, pool);
+        } else {
+            rmsnorm_cpu(h, x + int64_t(n - 1) * dim, static_cast<const float*>(weights_.output_norm.data), 1, dim,
+                        c.norm_eps);
+            matmul_cpu(logits, h, out_w.data, out_w.dtype, 1, dim, c.n_vocab, pool);
+        }
+    }
+
+    ModelConfig config_;
+    ModelWeights weights_;
+    ThreadPool pool_;
+    KvLayout layout_;
+    int32_t n_kv_blocks_ = 0;
+    int32_t max_batch_ = 1;
+    char* kv_ = nullptr;  // [n_kv_blocks] block records
+    std::vector<float> inv_freq_;  // [head_dim / 2]
+    // Scratch for one batch: x/h/tmp [max_batch, n_embd], q/att [max_batch, n_heads*head_dim],
+    // k/v [max_batch, n_kv_heads*head_dim], gate/up [max_batch, n_ff].
+    std::vector<float> x_, h_, tmp_, q_, att_, k_, v_, gate_, up_;
+    std::vector<int32_t> positions_;  // [max_batch]
+    std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, const ModelWeights& weights,
+                                          const BackendOptions& options) {
+    return std::make_unique<CpuBackend>(config, weights, options);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelFile& model, const BackendOptions& options) {
+    return make_cpu_backend(model.config(), bind_model_weights(model), options);
+}
+
+}  // namespace kvlm

@@ -1,0 +1,136 @@
+// Engine set-up: model, tokenizer, backend choice (never a silent CPU fallback), KV pool sizing and the
+// prefix cache over the pool.
+#include "engine/engine.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "util/byte_size.h"
+#include "util/error.h"
+
+namespace kvlm {
+
+// True for CUDA, false for the CPU; never a silent CPU fallback when CUDA was asked for.
+static bool choose_cuda(const EngineOptions& options, std::string* why) {
+    if (options.device == "cpu") {
+        *why = "requested with --device cpu";
+        return false;
+    }
+    std::string why_not;
+    bool have_cuda = cuda_available(&why_not);
+    if (options.device == "cuda") {
+        if (!have_cuda) throw_error("--device cuda: no usable CUDA device: {} (use --device cpu)", why_not);
+        *why = "requested with --device cuda";
+        return true;
+    }
+    if (options.device != "auto") throw_error("--device: unknown device '{}' (expected auto, cuda or cpu)", options.device);
+    *why = have_cuda ? "auto: a CUDA device is available" : "auto: no CUDA device (" + why_not + ")";
+    return have_cuda;
+}
+
+// --kv-dtype auto (see EngineOptions::kv_dtype_auto): the type of the first layer's attention matrices.
+static DType auto_kv_dtype(const ModelFile& model, bool cuda, std::string* why) {
+    const TensorInfo* q = model.find("blk.0.attn_q.weight");
+    const DType weights = q ? q->dtype : DType::f32;
+    if (cuda && (weights == DType::bf16 || weights == DType::f16)) {
+        *why = fmt::format("auto: the model's {} weights on CUDA", dtype_name(weights));
+        return weights;
+    }
+    if (cuda) *why = "auto: the model's f32 weights";  // the CPU's f32 default goes unannounced
+    return DType::f32;
+}
+
+void parse_kv_dtype(const std::string& name, EngineOptions* options) {
+    options->kv_dtype_auto = name == "auto";
+    if (options->kv_dtype_auto) return;
+    if (!dtype_from_name(name, &options->kv_dtype))
+        throw_error("--kv-dtype: '{}' is not a KV-cache type (expected auto, f32, f16 or bf16)", name);
+}
+
+void parse_kv_mem(const std::string& text, EngineOptions* options) {
+    options->kv_mem_bytes = 0;
+    options->kv_mem_fraction = 0;
+    if (text.empty()) return;
+    if (text.back() != '%') {
+        options->kv_mem_bytes = parse_byte_size(text, "--kv-mem");
+        return;
+    }
+    const std::string number = text.substr(0, text.size() - 1);
+    char* end = nullptr;
+    double percent = number.empty() ? 0 : std::strtod(number.c_str(), &end);
+    if (number.empty() || *end != '\0' || !(percent > 0 && percent <= 100))
+        throw_error("--kv-mem: '{}' is not a percentage between 0 and 100 (e.g. 90%) or a size (e.g. 512MiB)", text);
+    options->kv_mem_fraction = percent / 100.0;
+}
+
+Engine::Engine(const std::string& model_path, const EngineOptions& options) {
+    auto start = std::chrono::steady_clock::now();
+    model_ = ModelFile::open(model_path);
+    tokenizer_ = std::make_unique<Tokenizer>(model_->metadata().tokenizer);
+    const ModelConfig& config = model_->config();
+
+    if (options.block_size < 1 || options.block_size > 4096)
+        throw_error("--block-size: {} is out of range (1..4096)", options.block_size);
+    if (options.n_ctx < 0) throw_error("--ctx-size: {} must not be negative", options.n_ctx);
+    if (options.n_ctx > config.n_ctx)
+        throw_error("--ctx-size: {} exceeds the model's trained context of {} tokens", options.n_ctx, config.n_ctx);
+    n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(config.n_ctx, kDefaultMaxContext);
+
+    std::string device_why, kv_why = options.kv_dtype_why;
+    const bool cuda = choose_cuda(options, &device_why);
+    kv_dtype_ = options.kv_dtype_auto ? auto_kv_dtype(*model_, cuda, &kv_why) : options.kv_dtype;
+
+    BackendOptions backend_options;
+    backend_options.n_threads = options.n_threads;
+    backend_options.block_size = options.block_size;
+    backend_options.kv_dtype = kv_dtype_;
+    // A debugging switch (like llama.cpp's GGML_CUDA_DISABLE_GRAPHS): the same kernels, launched one by one.
+    if (const char* graphs = std::getenv("KVLM_CUDA_GRAPHS"); graphs && std::strcmp(graphs, "0") == 0)
+        backend_options.cuda_graphs = false;
+    int64_t blocks_for_ctx = (int64_t(n_ctx_) + options.block_size - 1) / options.block_size;
+    if (options.kv_mem_bytes > 0) {
+        uint64_t block_bytes = kv_bytes_per_token(config, kv_dtype_) * uint64_t(options.block_size);
+        uint64_t n_blocks = options.kv_mem_bytes / block_bytes;
+        if (n_blocks == 0)
+            throw_error("--kv-mem: {} bytes is less than one KV block ({} bytes for {} tokens)", options.kv_mem_bytes,
+                        block_bytes, options.block_size);
+        backend_options.n_kv_blocks = int32_t(std::min<uint64_t>(n_blocks, uint64_t(1) << 30));
+        backend_options.kv_blocks_from_mem_size = true;
+    } else {
+        if (options.n_spare_blocks < 0) throw_error("n_spare_blocks = {} must not be negative", options.n_spare_blocks);
+        backend_options.n_kv_blocks = int32_t(blocks_for_ctx + options.n_spare_blocks);
+        backend_options.kv_mem_fraction = options.kv_mem_fraction;  // the backend may grow the pool from there
+    }
+
+    backend_ = cuda ? make_cuda_backend(*model_, backend_options) : make_cpu_backend(*model_, backend_options);
+    device_name_ = backend_->name();
+    pool_ = std::make_unique<KvPool>(backend_->n_kv_blocks(), options.block_size);
+    prefix_cache_ = std::make_unique<PrefixCache>(
+        *pool_, *backend_, kv_namespace_hash(model_->fingerprint(), kv_dtype_, options.block_size));
+    load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!options.quiet) {
+        std::fprintf(stderr, "kvlm: device %s (%s)\n", device_name_.c_str(), device_why.c_str());
+        if (!kv_why.empty()) std::fprintf(stderr, "kvlm: KV cache %s (%s)\n", dtype_name(kv_dtype_), kv_why.c_str());
+        if (!options.block_size_why.empty())
+            std::fprintf(stderr, "kvlm: KV block size %d (%s)\n", options.block_size, options.block_size_why.c_str());
+        if (options.kv_mem_bytes > 0 && blocks_for_ctx > backend_options.n_kv_blocks)
+            std::fprintf(stderr, "kvlm: note: --kv-mem holds %lld tokens, less than the context of %d\n",
+                         (long long)backend_options.n_kv_blocks * options.block_size, n_ctx_);
+        if (options.kv_mem_fraction > 0)
+            std::fprintf(stderr, "kvlm: KV pool: %d blocks, %lld tokens, %s (--kv-mem %g%% of the free memory)\n",
+                         backend_->n_kv_blocks(), (long long)n_pool_tokens(),
+                         byte_size_text(uint64_t(backend_->n_kv_blocks()) * backend_->kv_block_bytes()).c_str(),
+                         options.kv_mem_fraction * 100);
+    }
+}
+
+Engine::~Engine() = default;
+
+uint64_t Engine::kv_mem_for_tokens(int64_t n_tokens) const {
+    int64_t n_blocks = (n_tokens + pool_->block_size() - 1) / pool_->block_size();
+    return uint64_t(n_blocks) * backend_->kv_block_bytes();
+}
+
+}  // namespace kvlm

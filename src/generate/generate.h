@@ -1,0 +1,66 @@
+// One generation request over a Sequence in the pool: reuse what the prefix cache holds of the prompt,
+// prefill the rest, then sample and decode token by token, streaming complete UTF-8 text to a callback.
+// Never truncates: a prompt that does not fit the context is an Error; generation stops at
+// end-of-generation, the token limit, or a full context / KV pool, and says which in the result.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "generate/sampler.h"
+#include "kv/prefix_cache.h"
+
+namespace kvlm {
+
+struct GenerationResult {
+    std::vector<int32_t> generated;  // sampled tokens, the end-of-generation token included if hit
+    // Prompt tokens of this request: n_prompt = n_reused + n_restored + n_prefilled.
+    int32_t n_prompt = 0;
+    int32_t n_reused = 0;     // K/V taken from the pool (prefix cache, or a fork of a prefilled prompt)
+    int32_t n_restored = 0;   // K/V restored from disk (set by the session code, which does the restoring)
+    int32_t n_prefilled = 0;  // computed by this request's prefill
+    // Everything the sequence has seen: seq.tokens plus the last sampled token, which was printed but not
+    // forwarded (not in the KV) when generation stopped. A session stores this and prefills the pending
+    // token on its next turn.
+    std::vector<int32_t> transcript;
+    bool has_pending_token = false;  // transcript.back() is not in the sequence's KV
+    double prefill_seconds = 0;
+    double decode_seconds = 0;       // all decode steps (forward + sampling)
+    double first_token_seconds = 0;  // from the call until the first sampled token
+    std::string stop_reason;         // "end of generation", "token limit", "context full", "KV cache full",
+                                     // "interrupted" (the cancel flag was set)
+    uint64_t logits_hash = 0;        // XXH3 chain over every logits vector, for A/B comparisons
+};
+
+using TextCallback = std::function<void(const std::string& text)>;
+
+// The prompt in the pool, and the logits of its last token.
+struct Prefill {
+    std::vector<float> logits;  // [n_vocab]
+    int32_t n_prompt = 0;
+    int32_t n_reused = 0;
+    int32_t n_prefilled = 0;
+    double seconds = 0;
+};
+
+// Appends `prompt` to `seq` (which may already hold tokens: a continuation, or blocks a session restored)
+// and runs what the pool does not hold through the model, committing completed blocks to the prefix
+// cache. A fresh seq first maps the cached prefix of the prompt (PrefixCache::attach_prefix). Throws
+// Error (prompt empty, past the context, bad ids, KV cache full) with seq unchanged.
+Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt);
+
+// Samples from `logits` (the last token of seq) and decodes on top of seq. history for the sampler
+// (repetition penalty, BOS handling) is seq.tokens. n_predict < 0: until end of generation or a full
+// context. Fills every field except the prompt counts and prefill_seconds. `cancel` (may be null) is
+// polled after each token: once set, generation stops with the last sampled token pending.
+GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict, Sampler& sampler,
+                        const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr);
+
+// prefill + decode. The caller releases seq (engine.prefix_cache().release(seq)) when done with it.
+GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,
+                          Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace kvlm

@@ -1,0 +1,105 @@
+// Sampling: repetition penalty, then greedy, or top-k -> softmax(temperature) -> top-p -> min-p -> draw.
+// Candidates are ordered by (logit desc, id asc), so ties resolve the same way on every run.
+#include "generate/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvlm {
+
+namespace {
+
+bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// llama.cpp-style penalty over the last repeat_last_n tokens (each distinct token once): positive logits
+// are divided by the penalty, negative ones multiplied.
+void apply_repeat_penalty(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, float penalty,
+                          int32_t last_n) {
+    if (penalty == 1.0f || last_n == 0 || history.empty()) return;
+    size_t window = last_n < 0 ? history.size() : std::min(history.size(), size_t(last_n));
+    size_t first = history.size() - window;
+    for (size_t i = first; i < history.size(); i++) {
+        int32_t token = history[i];
+        if (token < 0 || token >= n_vocab) continue;
+        if (std::find(history.begin() + std::ptrdiff_t(first), history.begin() + std::ptrdiff_t(i), token) !=
+            history.begin() + std::ptrdiff_t(i))
+            continue;  // already penalized
+        float& l = logits[token];
+        l = l > 0.0f ? l / penalty : l * penalty;
+    }
+}
+
+int32_t argmax(const float* logits, int32_t n_vocab) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+}  // namespace
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
+    apply_repeat_penalty(logits, n_vocab, history, params_.repeat_penalty, params_.repeat_last_n);
+    const int32_t best = argmax(logits, n_vocab);
+    if (params_.temperature <= 0.0f || n_vocab == 1) return best;
+
+    const float inv_temp = 1.0f / params_.temperature, max_logit = logits[best];
+    const int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n_vocab) : n_vocab;
+    auto weight = [&](float logit) { return std::exp(double((logit - max_logit) * inv_temp)); };
+    // Without top-k, tokens that min-p drops in the end anyway (p < min_p * p_max) are left out of the sort;
+    // they come after every kept token, so they cannot move the top-p cut either. The floor has a small
+    // margin so that the min-p test on probabilities below makes the final decision.
+    const bool use_floor = k == n_vocab && params_.min_p > 0.0f && params_.min_p <= 1.0f;
+    const float floor_logit =
+        use_floor ? max_logit + (std::log(params_.min_p) - 0.01f) * params_.temperature : -INFINITY;
+
+    std::vector<std::pair<float, int32_t>>& c = candidates_;
+    c.clear();
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (logits[i] >= floor_logit || i == best) c.emplace_back(logits[i], i);
+    size_t n_keep = std::min(c.size(), size_t(k));
+    std::partial_sort(c.begin(), c.begin() + std::ptrdiff_t(n_keep), c.end(), better);
+
+    // Softmax with temperature over the top-k set (the whole vocabulary when top-k is off).
+    double total = 0.0;
+    if (k < n_vocab) {
+        for (size_t i = 0; i < n_keep; i++) total += weight(c[i].first);
+    } else {
+        for (int32_t i = 0; i < n_vocab; i++) total += weight(logits[i]);
+    }
+    for (size_t i = 0; i < n_keep; i++) c[i].first = float(weight(c[i].first) / total);
+
+    if (params_.top_p < 1.0f) {
+        double cumulative = 0.0;
+        for (size_t i = 0; i < n_keep; i++) {
+            cumulative += c[i].first;
+            if (cumulative >= params_.top_p) {
+                n_keep = i + 1;
+                break;
+            }
+        }
+    }
+    if (params_.min_p > 0.0f) {
+        float threshold = params_.min_p * c[0].first;
+        size_t i = 1;
+        while (i < n_keep && c[i].first >= threshold) i++;
+        n_keep = i;
+    }
+
+    double kept = 0.0;
+    for (size_t i = 0; i < n_keep; i++) kept += c[i].first;
+    // 53 random bits -> u in [0, 1): portable, unlike std::uniform_real_distribution.
+    double u = double(rng_() >> 11) * (1.0 / 9007199254740992.0) * kept;
+    double cumulative = 0.0;
+    for (size_t i = 0; i < n_keep; i++) {
+        cumulative += c[i].first;
+        if (u < cumulative) return c[i].second;
+    }
+    return c[n_keep - 1].second;
+}
+
+}  // namespace kvlm

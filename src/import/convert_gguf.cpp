@@ -1,0 +1,158 @@
+// GGUF importer (general.architecture = llama): hyperparameters from llama.* keys, tensors dequantized to f32
+// with dims reversed (GGUF ne0 is the fastest axis) and q/k rows moved from interleaved to rotate_half order.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <set>
+
+#include "import/convert.h"
+#include "import/gguf.h"
+#include "import/rope_layout.h"
+#include "import/tokenizer/tokenizer_import.h"
+#include "util/error.h"
+
+namespace kvlm {
+
+namespace {
+
+int32_t int_field(const GgufFile& g, const std::string& key, int64_t lo, int64_t hi) {
+    int64_t v = g.get_int(key);
+    if (v < lo || v > hi) throw_error("{}: {} = {} is out of range (expected {}..{})", g.path(), key, v, lo, hi);
+    return int32_t(v);
+}
+
+// Llama 3.1/3.2 GGUFs carry their llama3 RoPE scaling only as a rope_freqs.weight tensor of per-frequency
+// divisors; recover the parameters by matching it against the standard formula (low 1, high 4, orig 8192).
+void detect_llama3_rope(const GgufFile& g, ModelConfig* c) {
+    const GgufTensor* t = g.find_tensor("rope_freqs.weight");
+    if (!t) return;
+    if (t->n_elements() != c->head_dim / 2)  // before allocating: the dims may claim 2^50 elements of no type
+        throw_error("{}: rope_freqs.weight has {} values, expected head_dim/2 = {}", g.path(), t->n_elements(),
+                    c->head_dim / 2);
+    std::vector<float> f(size_t(t->n_elements()));
+    g.dequantize(*t, f.data());
+    float factor = 1.0f;
+    for (float x : f) factor = std::max(factor, x);
+    RopeScaling rs;
+    rs.type = "llama3";
+    rs.factor = factor;
+    for (size_t i = 0; i < f.size(); i++) {  // llama.cpp convert_hf_to_gguf.py LlamaModel.generate_extra_tensors
+        double freq = 1.0 / std::pow(double(c->rope_theta), 2.0 * double(i) / double(c->head_dim));
+        double wavelen = 2 * M_PI / freq;
+        double low_wavelen = rs.original_max_position / rs.low_freq_factor;
+        double high_wavelen = rs.original_max_position / rs.high_freq_factor;
+        double expect;
+        if (wavelen < high_wavelen) expect = 1;
+        else if (wavelen > low_wavelen) expect = factor;
+        else {
+            double smooth = (rs.original_max_position / wavelen - rs.low_freq_factor) /
+                            (rs.high_freq_factor - rs.low_freq_factor);
+            expect = 1 / ((1 - smooth) / factor + smooth);
+        }
+        if (std::fabs(expect - f[i]) > 1e-3 * std::fabs(expect))
+            throw_error("{}: rope_freqs.weight does not match llama3 RoPE scaling (factor {}, low 1, high 4, "
+                        "original context 8192) at index {}: {} vs {}",
+                        g.path(), factor, i, f[i], expect);
+    }
+    if (factor > 1.0f) c->rope_scaling = rs;
+}
+
+}  // namespace
+
+ConvertSource open_gguf_source(const std::string& path, const std::string& tokenizer_path) {
+    auto g = std::shared_ptr<GgufFile>(GgufFile::open(path));
+    std::string arch = g->get_string_or("general.architecture", "");
+    if (arch != "llama")
+        throw_error("{}: GGUF architecture '{}' is not supported (supported: llama)", path, arch);
+
+    ConvertSource src;
+    src.kind = "gguf";
+    ModelConfig& c = src.metadata.config;
+    c.architecture = "llama";
+    c.n_layers = int_field(*g, "llama.block_count", 1, 1024);
+    c.n_embd = int_field(*g, "llama.embedding_length", 1, 1 << 17);
+    c.n_ff = int_field(*g, "llama.feed_forward_length", 1, 1 << 20);
+    c.n_heads = int_field(*g, "llama.attention.head_count", 1, 1024);
+    c.n_kv_heads = g->has("llama.attention.head_count_kv") ? int_field(*g, "llama.attention.head_count_kv", 1, 1024)
+                                                           : c.n_heads;
+    c.head_dim = g->has("llama.attention.key_length") ? int_field(*g, "llama.attention.key_length", 2, 1024)
+                                                      : c.n_embd / c.n_heads;
+    if (g->has("llama.rope.dimension_count") && g->get_int("llama.rope.dimension_count") != c.head_dim)
+        throw_error("{}: llama.rope.dimension_count = {} differs from head_dim = {} (partial RoPE is not supported)",
+                    path, g->get_int("llama.rope.dimension_count"), c.head_dim);
+    c.n_ctx = g->has("llama.context_length") ? int_field(*g, "llama.context_length", 1, 1 << 24) : 2048;
+    c.rope_theta = float(g->get_float_or("llama.rope.freq_base", 10000.0));
+    c.norm_eps = float(g->get_float_or("llama.attention.layer_norm_rms_epsilon", 1e-5));
+    std::string scaling = g->get_string_or("llama.rope.scaling.type", "none");
+    if (scaling != "none")
+        throw_error("{}: llama.rope.scaling.type '{}' is not supported (supported: none, llama3)", path, scaling);
+
+    const GgufTensor* embd = g->find_tensor("token_embd.weight");
+    if (!embd) throw_error("{}: tensor token_embd.weight is missing", path);
+    if (g->has("llama.vocab_size")) c.n_vocab = int_field(*g, "llama.vocab_size", 1, 1 << 22);
+    else if (g->has("tokenizer.ggml.tokens")) c.n_vocab = int32_t(g->get_string_array("tokenizer.ggml.tokens").size());
+    else c.n_vocab = int32_t(embd->dims.size() == 2 ? embd->dims[1] : 0);
+    // Tied when output.weight is absent or a byte-for-byte copy of the embedding.
+    const GgufTensor* output = g->find_tensor("output.weight");
+    c.tied_embeddings = !output || (output->ggml_type == embd->ggml_type && output->dims == embd->dims &&
+                                    output->n_bytes == embd->n_bytes && embd->data && output->data &&
+                                    std::memcmp(output->data, embd->data, size_t(embd->n_bytes)) == 0);
+    detect_llama3_rope(*g, &c);
+    c.validate(path);
+
+    // Default output dtype: the matrices' float type, f16 for quantized sources.
+    std::set<uint32_t> matrix_types;
+    for (const GgufTensor& t : g->tensors())
+        if (t.dims.size() >= 2) matrix_types.insert(t.ggml_type);
+    src.default_dtype = matrix_types == std::set<uint32_t>{0}    ? DType::f32
+                        : matrix_types == std::set<uint32_t>{30} ? DType::bf16
+                                                                 : DType::f16;
+
+    src.tensors = expected_tensors(c, src.default_dtype);
+    std::vector<const GgufTensor*> parts;
+    for (const TensorInfo& t : src.tensors) {
+        const GgufTensor* gt = g->find_tensor(t.name);
+        if (!gt) throw_error("{}: tensor {} is missing", path, t.name);
+        std::vector<int64_t> shape(gt->dims.rbegin(), gt->dims.rend());
+        if (shape != t.shape)
+            throw_error("{}: tensor {} has shape {} (GGUF dims reversed), expected {}", path, t.name,
+                        shape_string(shape), shape_string(t.shape));
+        if (!gt->data || !(gt->ggml_type <= 3 || gt->ggml_type == 8 || gt->ggml_type == 30))
+            throw_error("{}: tensor {} has type {}, which kvlm cannot import (supported: F32, F16, BF16, Q8_0, "
+                        "Q4_0, Q4_1)",
+                        path, t.name, GgufFile::ggml_type_name(gt->ggml_type));
+        parts.push_back(gt);
+    }
+    const int64_t head_dim = c.head_dim;
+    src.read_rows = [g, parts, tensors = src.tensors, head_dim](size_t i, int64_t row, int64_t n_rows, float* out) {
+        const GgufTensor& gt = *parts[i];
+        const int64_t row_len = tensor_row_len(tensors[i]);
+        const uint64_t row_bytes = gt.n_bytes / uint64_t(tensor_n_rows(tensors[i]));
+        bool permute = tensors[i].name.find("attn_q.weight") != std::string::npos ||
+                       tensors[i].name.find("attn_k.weight") != std::string::npos;
+        // Dequantize one source row at a time (rows are whole quantization blocks: ne0 % block == 0).
+        GgufTensor one = gt;
+        one.dims = {row_len, 1};
+        for (int64_t r = 0; r < n_rows; r++) {
+            int64_t src_row = permute ? interleaved_source_row(row + r, head_dim) : row + r;
+            one.data = gt.data + uint64_t(src_row) * row_bytes;
+            one.n_bytes = row_bytes;
+            g->dequantize(one, out + r * row_len);
+        }
+    };
+
+    if (!tokenizer_path.empty()) {
+        src.metadata.tokenizer = load_tokenizer_source(tokenizer_path, c.n_vocab);
+    } else {
+        if (!g->has("tokenizer.ggml.tokens"))
+            throw_error("{}: no tokenizer.ggml.* metadata; pass --tokenizer PATH", path);
+        src.metadata.tokenizer = tokenizer_from_gguf(*g);
+    }
+    src.metadata.chat_template = g->get_string_or("tokenizer.chat_template", "");
+    src.metadata.source = "GGUF " + std::filesystem::path(path).filename().string();
+    return src;
+}
+
+}  // namespace kvlm

@@ -1,0 +1,243 @@
+// Hugging Face importer: config.json + safetensors (single or sharded) + tokenizer files -> ConvertSource.
+// HF already stores q/k rows in rotate_half order, so tensors are only renamed and shape-checked.
+#include <nlohmann/json.hpp>
+
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "import/convert.h"
+#include "import/safetensors.h"
+#include "import/tokenizer/tokenizer_import.h"
+#include "util/error.h"
+#include "util/json_text.h"
+
+namespace kvlm {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+json read_json(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw_error("{}: cannot open", path);
+    try {
+        return json::parse(in);
+    } catch (const json::exception& e) {
+        throw_error("{}: not valid JSON: {}", path, e.what());
+    }
+}
+
+// Typed config field lookups: missing/null -> fallback (or an error when required).
+int64_t get_int(const json& j, const char* key, const std::string& path, bool required, int64_t fallback = 0) {
+    if (!j.contains(key) || j[key].is_null()) {
+        if (required) throw_error("{}: required field \"{}\" is missing", path, key);
+        return fallback;
+    }
+    if (!j[key].is_number_integer())
+        throw_error("{}: field \"{}\" = {} is not an integer", path, key, json_excerpt(j[key]));
+    int64_t v = j[key].get<int64_t>();
+    if (v < INT32_MIN || v > INT32_MAX) throw_error("{}: field \"{}\" = {} is out of range", path, key, v);
+    return v;
+}
+
+bool get_bool(const json& j, const char* key, const std::string& path, bool fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_boolean())
+        throw_error("{}: field \"{}\" = {} is not true or false", path, key, json_excerpt(j[key]));
+    return j[key].get<bool>();
+}
+
+double get_number(const json& j, const char* key, const std::string& path, double fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number()) throw_error("{}: field \"{}\" = {} is not a number", path, key, json_excerpt(j[key]));
+    return j[key].get<double>();
+}
+
+// HF tensor name for a kvlm tensor name ("blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight").
+std::string hf_name(const std::string& name) {
+    if (name == "token_embd.weight") return "model.embed_tokens.weight";
+    if (name == "output_norm.weight") return "model.norm.weight";
+    if (name == "output.weight") return "lm_head.weight";
+    static const std::pair<const char*, const char*> layer_map[] = {
+        {"attn_norm.weight", "input_layernorm.weight"},  {"ffn_norm.weight", "post_attention_layernorm.weight"},
+        {"attn_q.weight", "self_attn.q_proj.weight"},    {"attn_k.weight", "self_attn.k_proj.weight"},
+        {"attn_v.weight", "self_attn.v_proj.weight"},    {"attn_output.weight", "self_attn.o_proj.weight"},
+        {"attn_q.bias", "self_attn.q_proj.bias"},        {"attn_k.bias", "self_attn.k_proj.bias"},
+        {"attn_v.bias", "self_attn.v_proj.bias"},        {"ffn_gate.weight", "mlp.gate_proj.weight"},
+        {"ffn_up.weight", "mlp.up_proj.weight"},         {"ffn_down.weight", "mlp.down_proj.weight"},
+    };
+    // name = "blk.<n>.<suffix>"
+    size_t dot = name.find('.', 4);
+    KVLM_ASSERT(name.compare(0, 4, "blk.") == 0 && dot != std::string::npos, "unexpected tensor name");
+    std::string layer = name.substr(4, dot - 4), suffix = name.substr(dot + 1);
+    for (const auto& [kvlm_suffix, hf_suffix] : layer_map)
+        if (suffix == kvlm_suffix) return "model.layers." + layer + "." + hf_suffix;
+    KVLM_ASSERT(false, "unmapped tensor name");
+    return "";
+}
+
+bool has_file(const std::string& dir, const char* name) { return fs::is_regular_file(fs::path(dir) / name); }
+
+}  // namespace
+
+ModelConfig hf_config_from_json(const std::string& path) {
+    json j = read_json(path);
+    if (!j.is_object()) throw_error("{}: expected a JSON object", path);
+    std::string arch;
+    if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+        j["architectures"][0].is_string())
+        arch = j["architectures"][0].get<std::string>();
+    else if (j.contains("model_type") && j["model_type"].is_string())
+        arch = j["model_type"].get<std::string>();
+    ModelConfig c;
+    if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "llama" || arch == "mistral") {
+        c.architecture = "llama";
+        if (get_bool(j, "attention_bias", path, false))
+            throw_error("{}: attention_bias = true is not supported (only Qwen2's q/k/v biases are)", path);
+    } else if (arch == "Qwen2ForCausalLM" || arch == "qwen2") {
+        c.architecture = "qwen2";
+        c.qkv_bias = true;
+    } else {
+        throw_error("{}: architecture {} is not supported; supported: LlamaForCausalLM, Qwen2ForCausalLM "
+                    "(and MistralForCausalLM)",
+                    path, arch.empty() ? std::string("(none given)") : arch);
+    }
+    if (get_bool(j, "mlp_bias", path, false)) throw_error("{}: mlp_bias = true is not supported", path);
+    if (j.contains("hidden_act") && j["hidden_act"].is_string() && j["hidden_act"] != "silu")
+        throw_error("{}: hidden_act {} is not supported (expected silu)", path, json_excerpt(j["hidden_act"]));
+
+    c.n_embd = int32_t(get_int(j, "hidden_size", path, true));
+    c.n_ff = int32_t(get_int(j, "intermediate_size", path, true));
+    c.n_layers = int32_t(get_int(j, "num_hidden_layers", path, true));
+    c.n_heads = int32_t(get_int(j, "num_attention_heads", path, true));
+    c.n_kv_heads = int32_t(get_int(j, "num_key_value_heads", path, false, c.n_heads));
+    c.n_vocab = int32_t(get_int(j, "vocab_size", path, true));
+    if (c.n_heads <= 0) throw_error("{}: num_attention_heads = {} must be positive", path, c.n_heads);
+    c.head_dim = int32_t(get_int(j, "head_dim", path, false, c.n_embd / c.n_heads));
+    c.n_ctx = int32_t(get_int(j, "max_position_embeddings", path, false, 2048));
+    c.rope_theta = float(get_number(j, "rope_theta", path, 10000.0));
+    c.norm_eps = float(get_number(j, "rms_norm_eps", path, 1e-6));
+    c.tied_embeddings = get_bool(j, "tie_word_embeddings", path, false);  // transformers default for Llama and Qwen2
+
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+        const json& rs = j["rope_scaling"];
+        std::string type;
+        if (rs.is_object() && rs.contains("rope_type") && rs["rope_type"].is_string()) type = rs["rope_type"];
+        else if (rs.is_object() && rs.contains("type") && rs["type"].is_string()) type = rs["type"];
+        if (type == "llama3") {
+            c.rope_scaling.type = "llama3";
+            c.rope_scaling.factor = float(get_number(rs, "factor", path, 8.0));
+            c.rope_scaling.low_freq_factor = float(get_number(rs, "low_freq_factor", path, 1.0));
+            c.rope_scaling.high_freq_factor = float(get_number(rs, "high_freq_factor", path, 4.0));
+            c.rope_scaling.original_max_position =
+                int32_t(get_int(rs, "original_max_position_embeddings", path, false, 8192));
+        } else if (type != "default") {
+            throw_error("{}: rope_scaling {} is not supported (supported: none, llama3)", path,
+                        type.empty() ? json_excerpt(rs) : "type '" + type + "'");
+        }
+    }
+    c.validate(path);
+    return c;
+}
+
+std::string hf_chat_template(const std::string& dir) {
+    fs::path jinja = fs::path(dir) / "chat_template.jinja";
+    if (fs::is_regular_file(jinja)) {
+        std::ifstream in(jinja, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    fs::path config = fs::path(dir) / "tokenizer_config.json";
+    if (!fs::is_regular_file(config)) return "";
+    json j = read_json(config.string());
+    if (!j.is_object() || !j.contains("chat_template")) return "";
+    const json& t = j["chat_template"];
+    if (t.is_string()) return t.get<std::string>();
+    if (t.is_array()) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
+        for (const json& e : t)
+            if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") &&
+                e["template"].is_string())
+                return e["template"].get<std::string>();
+    }
+    return "";
+}
+
+void add_generation_config_stops(const std::string& dir, TokenizerData* tokenizer) {
+    fs::path path = fs::path(dir) / "generation_config.json";
+    if (!fs::is_regular_file(path)) return;
+    json j = read_json(path.string());
+    if (!j.is_object() || !j.contains("eos_token_id")) return;
+    std::vector<int64_t> ids;
+    const json& e = j["eos_token_id"];
+    if (e.is_number_integer()) ids.push_back(e.get<int64_t>());
+    else if (e.is_array())
+        for (const json& x : e)
+            if (x.is_number_integer()) ids.push_back(x.get<int64_t>());
+    for (int64_t id : ids) {
+        if (id < 0 || id >= int64_t(tokenizer->tokens.size()))
+            throw_error("{}: eos_token_id {} is outside the vocabulary (0..{})", path.string(), id,
+                        tokenizer->tokens.size());
+        if (tokenizer->eos_id < 0) tokenizer->eos_id = int32_t(id);
+        if (id == tokenizer->eos_id) continue;
+        bool seen = false;
+        for (int32_t s : tokenizer->stop_ids) seen |= s == id;
+        if (!seen) tokenizer->stop_ids.push_back(int32_t(id));
+    }
+}
+
+ConvertSource open_hf_source(const std::string& dir, const std::string& tokenizer_path) {
+    std::string config_path = (fs::path(dir) / "config.json").string();
+    if (!fs::is_regular_file(config_path))
+        throw_error("{}: no config.json (expected a Hugging Face model directory with config.json and "
+                    "model.safetensors)",
+                    dir);
+    ConvertSource src;
+    src.kind = "hf";
+    ModelConfig& c = src.metadata.config;
+    c = hf_config_from_json(config_path);
+    auto weights = std::shared_ptr<SafetensorsModel>(SafetensorsModel::open_dir(dir));
+    if (!weights->find("lm_head.weight")) c.tied_embeddings = true;  // lm_head missing: tied
+    const SafetensorsTensor& embd = weights->require_supported("model.embed_tokens.weight");
+    src.default_dtype = embd.dtype;
+
+    // Resolve and shape-check every tensor up front so a bad checkpoint fails before writing anything.
+    src.tensors = expected_tensors(c, src.default_dtype);
+    std::vector<const SafetensorsTensor*> parts;
+    for (const TensorInfo& t : src.tensors) {
+        const SafetensorsTensor& st = weights->require_supported(hf_name(t.name));
+        if (st.shape != t.shape)
+            throw_error("{}: tensor '{}' has shape {}, expected {} from config.json", st.path, st.name,
+                        shape_string(st.shape), shape_string(t.shape));
+        parts.push_back(&st);
+    }
+    src.read_rows = [weights, parts, tensors = src.tensors](size_t i, int64_t row, int64_t n_rows, float* out) {
+        int64_t row_len = tensor_row_len(tensors[i]);
+        safetensors_read_f32(*parts[i], row * row_len, n_rows * row_len, out);
+    };
+
+    // Tokenizer: --tokenizer, else the directory's own files.
+    TokenizerData& tok = src.metadata.tokenizer;
+    if (!tokenizer_path.empty()) {
+        tok = load_tokenizer_source(tokenizer_path, c.n_vocab);
+    } else if (has_file(dir, "tokenizer.json")) {
+        std::string cfg = has_file(dir, "tokenizer_config.json") ? (fs::path(dir) / "tokenizer_config.json").string()
+                                                                 : std::string();
+        tok = tokenizer_from_hf_json((fs::path(dir) / "tokenizer.json").string(), cfg);
+    } else if ((has_file(dir, "vocab.json") && has_file(dir, "merges.txt")) || has_file(dir, "tokenizer.model")) {
+        tok = load_tokenizer_source(dir, c.n_vocab);
+    } else {
+        throw_error("{}: no tokenizer.json, vocab.json + merges.txt or tokenizer.model; pass --tokenizer PATH "
+                    "(a tokenizer file or directory, a llama2.c tokenizer.bin, or a .gguf)",
+                    dir);
+    }
+    add_generation_config_stops(dir, &tok);
+    src.metadata.chat_template = hf_chat_template(dir);
+    if (src.metadata.chat_template.empty() && !tokenizer_path.empty() && fs::is_directory(tokenizer_path))
+        src.metadata.chat_template = hf_chat_template(tokenizer_path);
+    src.metadata.source = "Hugging Face directory " + dir;
+    return src;
+}
+
+}  // namespace kvlm

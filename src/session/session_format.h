@@ -1,0 +1,72 @@
+// On-disk encodings of the session store (docs/SESSIONS.md): the per-session manifest and the
+// content-addressed KV block file. Pure (de)serialization over Writer/Reader: decoders bounds-check
+// everything and verify checksums, so they never trust a byte of a file they did not validate.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/dtype.h"
+#include "format/model_config.h"
+#include "kv/block_hash.h"
+
+namespace kvlm {
+
+constexpr uint32_t kSessionFormatVersion = 1;  // manifests and block files; any other value is refused
+constexpr size_t kBlockHeaderSize = 64;
+
+// What a session's KV bytes depend on besides the tokens. A restore requires every field to match.
+struct SessionIdentity {
+    std::string model_fingerprint;
+    DType kv_dtype = DType::f32;
+    int32_t n_layers = 0;
+    int32_t n_kv_heads = 0;
+    int32_t head_dim = 0;
+    int32_t block_size = 0;
+    float rope_theta = 0;
+    RopeScaling rope_scaling;
+};
+
+// Returns "" if `saved` can be restored by a run with `running`, otherwise the first differing field with
+// both values ("block size: session has 16, running model has 32").
+std::string identity_mismatch(const SessionIdentity& saved, const SessionIdentity& running);
+
+struct SessionBlockRef {
+    BlockHash hash;         // chained block hash; names the block file
+    int32_t n_tokens = 0;   // block_size for full blocks, fewer for a partial last block
+    uint64_t checksum = 0;  // XXH3-64 of the block's payload (the KV record)
+};
+
+struct SessionManifest {
+    uint32_t format_version = kSessionFormatVersion;
+    SessionIdentity identity;
+    std::vector<int32_t> tokens;     // whole transcript, incl. tokens not yet in KV (the pending one)
+    int32_t n_kv_tokens = 0;         // tokens[0..n_kv_tokens) have K/V in `blocks`
+    std::vector<SessionBlockRef> blocks;  // [ceil(n_kv_tokens / block_size)] in order
+    int64_t created_unix = 0;
+    int64_t last_used_unix = 0;
+    bool pinned = false;
+};
+
+std::vector<uint8_t> encode_manifest(const SessionManifest& manifest);
+// `source` names the file in errors. Checks magic, version (a future version is refused naming both
+// versions), size, checksum, then structure (token/block counts consistent with block_size).
+SessionManifest decode_manifest(const uint8_t* data, size_t size, const std::string& source);
+
+struct BlockFileHeader {
+    uint32_t format_version = kSessionFormatVersion;
+    BlockHash kv_namespace;
+    BlockHash hash;
+    int32_t n_tokens = 0;
+    uint64_t payload_size = 0;
+    uint64_t payload_checksum = 0;
+};
+
+// Header + payload in one buffer (one sequential write).
+std::vector<uint8_t> encode_block_file(const BlockFileHeader& header, const void* payload);
+// Parses and checks the header only (magic, version, sizes against file_size); throws Error.
+BlockFileHeader decode_block_header(const uint8_t* data, size_t size, uint64_t file_size, const std::string& source);
+
+uint64_t payload_checksum(const void* data, size_t size);  // XXH3-64
+
+}  // namespace kvlm

@@ -1,0 +1,205 @@
+// Restore and save of sessions over the engine's pool and prefix cache.
+#include "session/session_run.h"
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "util/byte_size.h"
+#include "util/error.h"
+
+namespace kvlm {
+
+namespace {
+
+std::string start_fresh_hint(const std::string& name) {
+    return fmt::format("start fresh with `kvlm session rm {}` or use another --session name", name);
+}
+
+}  // namespace
+
+SessionIdentity session_identity(Engine& engine) {
+    const ModelConfig& config = engine.model().config();
+    SessionIdentity id;
+    id.model_fingerprint = engine.model().fingerprint();
+    id.kv_dtype = engine.kv_dtype();
+    id.n_layers = config.n_layers;
+    id.n_kv_heads = config.n_kv_heads;
+    id.head_dim = config.head_dim;
+    id.block_size = engine.pool().block_size();
+    id.rope_theta = config.rope_theta;
+    id.rope_scaling = config.rope_scaling;
+    return id;
+}
+
+SessionImage read_session_image(const SessionStore& store, const std::string& name, const SessionIdentity& identity,
+                                size_t block_bytes) {
+    SessionImage image;
+    try {
+        image.manifest = store.load_manifest(name);
+    } catch (const Error& e) {
+        throw_error("session '{}' cannot be restored: {}; {}", name, e.what(), start_fresh_hint(name));
+    }
+    const SessionManifest& m = image.manifest;
+    if (std::string diff = identity_mismatch(m.identity, identity); !diff.empty())
+        throw_error("session '{}' was saved with a different setup ({}); {}", name, diff, start_fresh_hint(name));
+
+    BlockHash ns = kv_namespace_hash(identity.model_fingerprint, identity.kv_dtype, identity.block_size);
+    const int32_t block_size = identity.block_size;
+    BlockHash parent = ns;
+    for (size_t i = 0; i < m.blocks.size(); i++) {
+        const SessionBlockRef& ref = m.blocks[i];
+        size_t pos = i * size_t(block_size);
+        std::string problem;
+        // The chain binds every block to the transcript (a manifest can only be consistent, but be sure).
+        if (chain_block_hash(parent, m.tokens.data() + pos, ref.n_tokens) != ref.hash)
+            problem = "hash does not match the transcript";
+        std::vector<uint8_t> payload;
+        if (problem.empty()) problem = store.read_block(ref, ns, block_bytes, &payload);
+        if (!problem.empty()) {
+            image.bad_blocks.insert(ref.hash);
+            image.warnings.push_back(fmt::format("session '{}': block {} ({}) {}: recomputing {} tokens from position {}",
+                                                 name, i, ref.hash.hex(), problem, m.tokens.size() - pos, pos));
+            break;
+        }
+        image.payloads.push_back(std::move(payload));
+        parent = ref.hash;
+    }
+    return image;
+}
+
+RestoredSession adopt_session_image(Engine& engine, const SessionImage& image, Sequence& seq) {
+    KVLM_ASSERT(seq.tokens.empty() && seq.table.blocks.empty(), "restore needs an empty sequence");
+    PrefixCache& cache = engine.prefix_cache();
+    const SessionManifest& m = image.manifest;
+    const int32_t block_size = m.identity.block_size;
+    RestoredSession r;
+    r.existed = true;
+    r.transcript = m.tokens;
+    r.warnings = image.warnings;
+    r.bad_blocks = image.bad_blocks;
+    r.created_unix = m.created_unix;
+    r.pinned = m.pinned;
+
+    BlockHash parent = cache.kv_namespace();
+    int32_t n_tokens = 0;
+    for (size_t i = 0; i < image.payloads.size(); i++) {
+        const SessionBlockRef& ref = m.blocks[i];
+        bool full = ref.n_tokens == block_size;
+        int32_t block = cache.adopt_block(ref.hash, parent, image.payloads[i].data(), full);
+        if (block < 0) {
+            r.warnings.push_back(fmt::format("session: the KV pool has no room for block {}: recomputing {} tokens "
+                                             "from position {} (raise --kv-mem or -c)",
+                                             i, m.tokens.size() - size_t(n_tokens), n_tokens));
+            break;
+        }
+        seq.table.blocks.push_back(block);
+        n_tokens += ref.n_tokens;
+        parent = ref.hash;
+    }
+    seq.table.n_tokens = n_tokens;
+    seq.tokens.assign(m.tokens.begin(), m.tokens.begin() + n_tokens);
+    r.n_restored = n_tokens;
+    return r;
+}
+
+void check_session_fits(Engine& engine, const std::string& name, size_t n_saved, size_t n_new) {
+    const size_t n_tokens = n_saved + n_new;
+    std::string what = n_new == 0 ? fmt::format("session '{}' holds {} tokens", name, n_saved)
+                                  : fmt::format("session '{}' holds {} tokens and the new prompt adds {}", name,
+                                                n_saved, n_new);
+    if (n_tokens > size_t(engine.model().config().n_ctx))
+        throw_error("{}, more than the model's context of {} tokens (start a new session; this one is unchanged)",
+                    what, engine.model().config().n_ctx);
+    if (n_tokens > size_t(engine.n_ctx()))
+        throw_error("{}, more than the context of {} tokens (continue it with -c {} or more, up to the model's {}; "
+                    "the session is unchanged)",
+                    what, engine.n_ctx(), n_tokens, engine.model().config().n_ctx);
+    if (int64_t(n_tokens) > engine.n_pool_tokens())
+        throw_error("{}, more than the KV pool holds ({} tokens in {} blocks of {}; continue it with --kv-mem {} or "
+                    "more; the session is unchanged)",
+                    what, engine.n_pool_tokens(), engine.pool().n_blocks(), engine.pool().block_size(),
+                    byte_size_text(engine.kv_mem_for_tokens(int64_t(n_tokens))));
+}
+
+RestoredSession restore_session(Engine& engine, const SessionStore& store, const std::string& name, Sequence& seq) {
+    SessionStore::check_name(name);
+    if (!store.has_session(name)) return RestoredSession{};
+    SessionImage image = read_session_image(store, name, session_identity(engine), engine.backend().kv_block_bytes());
+    check_session_fits(engine, name, image.manifest.tokens.size(), 0);
+    return adopt_session_image(engine, image, seq);
+}
+
+std::vector<int32_t> tokens_to_prefill(Engine& engine, Sequence& seq, const RestoredSession& restored,
+                                       const std::vector<int32_t>& new_prompt) {
+    KVLM_ASSERT(size_t(seq.table.n_tokens) <= restored.transcript.size() || !restored.existed,
+                "restored more tokens than the transcript holds");
+    if (restored.existed && new_prompt.empty() && size_t(seq.table.n_tokens) == restored.transcript.size() &&
+        seq.table.n_tokens > 0)
+        engine.prefix_cache().truncate(seq, seq.table.n_tokens - 1);
+    std::vector<int32_t> tokens;
+    if (restored.existed) tokens.assign(restored.transcript.begin() + seq.table.n_tokens, restored.transcript.end());
+    tokens.insert(tokens.end(), new_prompt.begin(), new_prompt.end());
+    return tokens;
+}
+
+int32_t save_session(Engine& engine, SessionStore& store, const std::string& name, const Sequence& seq,
+                  const std::vector<int32_t>& transcript, const RestoredSession& restored, uint64_t quota) {
+    const int32_t block_size = engine.pool().block_size();
+    const int32_t n_kv = seq.table.n_tokens;
+    KVLM_ASSERT(size_t(n_kv) <= transcript.size() && std::equal(seq.tokens.begin(), seq.tokens.end(), transcript.begin()),
+                "the transcript must start with the sequence's tokens");
+    SessionManifest m;
+    m.identity = session_identity(engine);
+    m.tokens = transcript;
+    m.n_kv_tokens = n_kv;
+    int64_t now = int64_t(std::time(nullptr));
+    m.created_unix = restored.existed && restored.created_unix ? restored.created_unix : now;
+    m.last_used_unix = now;
+    m.pinned = restored.pinned;
+    BlockHash parent = engine.prefix_cache().kv_namespace();
+    for (int32_t start = 0; start < n_kv; start += block_size) {
+        SessionBlockRef ref;
+        ref.n_tokens = std::min(block_size, n_kv - start);
+        ref.hash = chain_block_hash(parent, transcript.data() + start, ref.n_tokens);
+        parent = ref.hash;
+        m.blocks.push_back(ref);
+    }
+    Backend& backend = engine.backend();
+    const size_t block_bytes = backend.kv_block_bytes();
+    // One token's row inside a [layer][K/V] slab: [n_kv_heads][head_dim] elements.
+    const size_t n_slabs = size_t(m.identity.n_layers) * 2;
+    const size_t row_bytes = block_bytes / (n_slabs * size_t(block_size));
+    KVLM_ASSERT(row_bytes * n_slabs * size_t(block_size) == block_bytes, "KV block record layout");
+    auto read_payload = [&](size_t i, std::vector<uint8_t>& payload) {
+        backend.read_kv_block(seq.table.blocks[i], payload.data());
+        // Slots past a partial block's tokens hold stale bytes; zero them so equal blocks save equal files.
+        int32_t n = m.blocks[i].n_tokens;
+        if (n < block_size)
+            for (size_t s = 0; s < n_slabs; s++)
+                std::memset(payload.data() + s * block_size * row_bytes + size_t(n) * row_bytes, 0,
+                            size_t(block_size - n) * row_bytes);
+    };
+
+    std::vector<BlockHash> superseded;
+    if (restored.existed) {
+        try {
+            for (const SessionBlockRef& b : store.load_manifest(name).blocks) superseded.push_back(b.hash);
+        } catch (const Error&) {
+            // a damaged previous manifest protects nothing
+        }
+    }
+    int32_t n_written = 0;
+    try {
+        n_written = store.save(name, m, engine.prefix_cache().kv_namespace(), block_bytes, read_payload, restored.bad_blocks);
+    } catch (const Error& e) {
+        throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact and this "
+                    "turn was not saved (free some disk space or choose another --session-dir, then run the turn "
+                    "again)",
+                    name, store.dir(), e.what());
+    }
+    store.collect(&superseded, quota);
+    return n_written;
+}
+
+}  // namespace kvlm

@@ -1,0 +1,134 @@
+// Byte-level BPE over ranked merges (see bpe.h). Per pre-tokenized word: a linked list of
+// symbols and a priority queue of mergeable neighbours; stale entries are detected by id and adjacency.
+#include "tokenizer/bpe.h"
+
+#include <queue>
+#include <string>
+
+#include "tokenizer/unicode.h"
+#include "util/error.h"
+
+namespace kvlm {
+
+namespace {
+
+uint64_t pair_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+struct Symbol {
+    int32_t id;  // -1: a byte without a token (cannot merge)
+    int32_t prev, next;
+    bool alive;
+};
+
+struct Bigram {
+    int32_t rank;
+    int32_t left, right;
+    int32_t left_id, right_id;
+    int32_t result;
+};
+
+struct BigramOrder {  // lowest rank first, then leftmost
+    bool operator()(const Bigram& a, const Bigram& b) const {
+        return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+    }
+};
+
+}  // namespace
+
+BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
+    ignore_merges_ = pre_.name() == "llama3";
+    piece_to_id_.reserve(data.tokens.size());
+    for (size_t id = 0; id < data.tokens.size(); ++id) {
+        const auto type = static_cast<TokenType>(data.token_types[id]);
+        if (type == TokenType::normal || type == TokenType::byte)
+            piece_to_id_.insert(data.tokens[id], static_cast<int32_t>(id));
+    }
+    for (int b = 0; b < 256; ++b) {
+        byte_ids_[b] = piece_to_id_.find(byte_to_unicode(static_cast<uint8_t>(b)));
+    }
+
+    merges_.reserve(data.merges.size());
+    std::string joined;
+    for (size_t rank = 0; rank < data.merges.size(); ++rank) {
+        const std::string& merge = data.merges[rank];
+        // Pieces of byte-level vocabularies never contain ' ', so the first space separates the pair; other
+        // positions are tried for vocabularies whose pieces might.
+        bool found = false;
+        for (size_t space = merge.find(' '); space != std::string::npos && !found; space = merge.find(' ', space + 1)) {
+            const int32_t left = piece_to_id_.find(std::string_view(merge).substr(0, space));
+            if (left < 0) continue;
+            const int32_t right = piece_to_id_.find(std::string_view(merge).substr(space + 1));
+            if (right < 0) continue;
+            joined.assign(merge, 0, space);
+            joined.append(merge, space + 1, std::string::npos);
+            const int32_t result = piece_to_id_.find(joined);
+            if (result < 0) continue;
+            merges_.emplace(pair_key(left, right), Merge{static_cast<int32_t>(rank), result});
+            found = true;
+        }
+        // A merge over pieces missing from the vocabulary can never apply and is skipped.
+    }
+}
+
+void BpeEncoder::encode(std::string_view text, std::vector<int32_t>& out) const {
+    for (std::string_view word : pre_.split(text)) encode_word(word, out);
+}
+
+void BpeEncoder::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+    if (ignore_merges_) {
+        const int32_t id = piece_to_id_.find(byte_level_encode(word));
+        if (id >= 0) {
+            out.push_back(id);
+            return;
+        }
+    }
+    const auto n = static_cast<int32_t>(word.size());
+    std::vector<Symbol> symbols(word.size());
+    for (int32_t i = 0; i < n; ++i)
+        symbols[i] = {byte_ids_[static_cast<uint8_t>(word[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
+
+    std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
+    auto try_add = [&](int32_t left, int32_t right) {
+        if (left < 0 || right < 0) return;
+        const int32_t left_id = symbols[left].id, right_id = symbols[right].id;
+        if (left_id < 0 || right_id < 0) return;
+        auto it = merges_.find(pair_key(left_id, right_id));
+        if (it == merges_.end()) return;
+        queue.push({it->second.rank, left, right, left_id, right_id, it->second.result});
+    };
+    for (int32_t i = 1; i < n; ++i) try_add(i - 1, i);
+
+    while (!queue.empty()) {
+        const Bigram bigram = queue.top();
+        queue.pop();
+        Symbol& left = symbols[bigram.left];
+        Symbol& right = symbols[bigram.right];
+        if (!left.alive || !right.alive || left.next != bigram.right || left.id != bigram.left_id ||
+            right.id != bigram.right_id)
+            continue;  // stale
+        left.id = bigram.result;
+        right.alive = false;
+        left.next = right.next;
+        if (right.next >= 0) symbols[right.next].prev = bigram.left;
+        try_add(left.prev, bigram.left);
+        try_add(bigram.left, left.next);
+    }
+
+    // A byte without a token is dropped, as Hugging Face tokenizers (BPE without unk_token) and llama.cpp do;
+    // emitting unk would put SmolLM2's <|endoftext|> into the prompt. Callers warn (bytes_without_token).
+    for (int32_t i = 0; i >= 0 && i < n; i = symbols[i].next)
+        if (symbols[i].id >= 0) out.push_back(symbols[i].id);
+}
+
+std::string BpeEncoder::bytes_without_token(std::string_view text) const {
+    bool seen[256] = {};
+    for (char c : text) seen[static_cast<uint8_t>(c)] = true;
+    std::string missing;
+    for (int b = 0; b < 256; ++b)
+        if (seen[b] && byte_ids_[b] < 0) missing.push_back(static_cast<char>(b));
+    return missing;
+}
+
+}  // namespace kvlm

@@ -1,0 +1,57 @@
+// Open-addressing piece -> id table (see piece_map.h).
+#include "tokenizer/piece_map.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+namespace kvlm {
+
+namespace {
+
+uint64_t hash_piece(std::string_view piece) { return XXH3_64bits(piece.data(), piece.size()); }
+
+}  // namespace
+
+void PieceMap::reserve(size_t expected) {
+    size_t capacity = 16;
+    while (capacity < expected * 2) capacity *= 2;
+    if (capacity <= slots_.size()) return;
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(capacity, Slot{});
+    size_ = 0;
+    for (const Slot& s : old)
+        if (s.data) insert(std::string_view(s.data, s.length), s.id);
+}
+
+void PieceMap::grow() { reserve(slots_.empty() ? 8 : slots_.size()); }
+
+void PieceMap::insert(std::string_view piece, int32_t id) {
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    const uint64_t hash = hash_piece(piece);
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        Slot& s = slots_[i];
+        if (!s.data) {
+            s = {hash, piece.data() ? piece.data() : "", static_cast<uint32_t>(piece.size()), id};
+            ++size_;
+            return;
+        }
+        if (s.hash == hash && s.length == piece.size() && std::memcmp(s.data, piece.data(), piece.size()) == 0) return;
+    }
+}
+
+int32_t PieceMap::find(std::string_view piece) const {
+    if (slots_.empty()) return -1;
+    const uint64_t hash = hash_piece(piece);
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        const Slot& s = slots_[i];
+        if (!s.data) return -1;
+        if (s.hash == hash && s.length == piece.size() && std::memcmp(s.data, piece.data(), piece.size()) == 0)
+            return s.id;
+    }
+}
+
+}  // namespace kvlm

@@ -1,0 +1,119 @@
+// Temporary-file + fsync + rename writes and plain POSIX whole-file reads.
+#include "util/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "util/error.h"
+
+namespace kvlm {
+
+namespace {
+
+std::string dir_of(const std::string& path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string temp_name_for(const std::string& path) {
+    static thread_local std::mt19937_64 rng{std::random_device{}() ^ uint64_t(getpid())};
+    return fmt::format("{}/{}{}-{:016x}", dir_of(path), kTempFilePrefix, getpid(), rng());
+}
+
+}  // namespace
+
+void fsync_directory(const std::string& dir) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd < 0) throw_error("{}: cannot open directory to sync it: {}", dir, os_error_text(errno));
+    int rc = ::fsync(fd);
+    int err = errno;
+    ::close(fd);
+    if (rc != 0 && err != EINVAL) throw_error("{}: fsync of the directory failed: {}", dir, os_error_text(err));
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t size, const std::string& display_name,
+                       bool sync_dir) {
+    std::string temp = temp_name_for(path);
+    int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw_error("{}: cannot create {}: {}", display_name, temp, os_error_text(errno));
+    auto fail = [&](const char* action) {
+        int err = errno;
+        ::close(fd);
+        ::unlink(temp.c_str());
+        throw_error("{}: {}: {}", display_name, action, os_error_text(err));
+    };
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    size_t left = size;
+    while (left > 0) {
+        ssize_t n = ::write(fd, p, left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            if (n == 0) errno = EIO;
+            fail("write failed");
+        }
+        p += n;
+        left -= size_t(n);
+    }
+    if (::fsync(fd) != 0) fail("fsync failed");
+    if (::close(fd) != 0) {
+        int err = errno;
+        ::unlink(temp.c_str());
+        throw_error("{}: close failed: {}", display_name, os_error_text(err));
+    }
+    if (::rename(temp.c_str(), path.c_str()) != 0) {
+        int err = errno;
+        ::unlink(temp.c_str());
+        throw_error("{}: cannot rename {} to {}: {}", display_name, temp, path, os_error_text(err));
+    }
+    if (sync_dir) fsync_directory(dir_of(path));
+}
+
+bool read_file_head(const std::string& path, size_t max_bytes, std::vector<uint8_t>* out) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return false;
+        throw_error("{}: cannot open: {}", path, std::strerror(errno));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+        int err = errno;
+        ::close(fd);
+        throw_error("{}: cannot stat: {}", path, std::strerror(err));
+    }
+    size_t want = std::min<uint64_t>(uint64_t(st.st_size), max_bytes);
+    out->resize(want);
+    size_t got = 0;
+    while (got < want) {
+        // Large sequential reads: block files are a few hundred KiB to a few MiB.
+        ssize_t n = ::read(fd, out->data() + got, std::min<size_t>(want - got, size_t(16) << 20));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int err = errno;
+            ::close(fd);
+            throw_error("{}: read failed: {}", path, std::strerror(err));
+        }
+        if (n == 0) break;  // shrank while reading
+        got += size_t(n);
+    }
+    out->resize(got);
+    ::close(fd);
+    return true;
+}
+
+bool read_whole_file(const std::string& path, std::vector<uint8_t>* out) {
+    return read_file_head(path, SIZE_MAX, out);
+}
+
+void make_directories(const std::string& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw_error("{}: cannot create directory: {}", dir, os_error_text(ec.value()));
+}
+
+}  // namespace kvlm

@@ -1,0 +1,175 @@
+// `kvlm run` through the real binary on stories260K: the documented options (-m -p -n --temp --seed
+// --top-k --top-p --min-p --repeat-penalty -t), stdin prompts, stdout carrying only model text, and
+// clear errors (non-zero exit, message on stderr, nothing on stdout) for bad input.
+#include <doctest/doctest.h>
+
+#include <regex>
+
+#include <string>
+#include <vector>
+
+#include "support/test_util.h"
+
+using namespace kvlm::test;
+
+namespace {
+
+std::string stories_kvlm() { return converted_model("stories-gguf", {data_path("stories260K/stories260K.gguf")}); }
+
+CliResult run(const std::vector<std::string>& extra, const std::string& stdin_text = "") {
+    std::vector<std::string> args = {"run", "-m", stories_kvlm()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_kvlm(args, stdin_text);
+}
+
+void check_fails(const CliResult& r, const std::string& needle) {
+    CHECK(r.exit_code != 0);
+    CHECK(r.out.empty());
+    CHECK_MESSAGE(r.err.find("error: ") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find(needle) != std::string::npos, "stderr: " << r.err << "\nexpected: " << needle);
+}
+
+}  // namespace
+
+TEST_CASE("run: -p \"\" starts from BOS and stdout carries only the text") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    std::string golden = read_file(data_path("stories260K/expected_t0_n200.txt"));
+    CliResult r = run({"-p", "", "-n", "200", "--temp", "0", "--quiet"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out == golden);
+    CHECK(r.err.empty());  // --quiet: nothing but errors
+}
+
+TEST_CASE("run: -n limits the tokens, -t does not change greedy output") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    CliResult ten = run({"-p", "", "-n", "10", "--temp", "0", "-q"});
+    CliResult twenty = run({"-p", "", "-n", "20", "--temp", "0", "-q", "-t", "1"});
+    REQUIRE(ten.exit_code == 0);
+    REQUIRE(twenty.exit_code == 0);
+    CHECK(ten.out.size() < twenty.out.size());
+    CHECK(twenty.out.compare(0, ten.out.size(), ten.out) == 0);
+    CHECK(twenty.out == run({"-p", "", "-n", "20", "--temp", "0", "-q", "-t", "2"}).out);
+    CliResult zero = run({"-p", "Once", "-n", "0", "-q"});
+    CHECK(zero.exit_code == 0);
+    CHECK(zero.out.empty());
+}
+
+TEST_CASE("run: the prompt comes from stdin without -p, minus one trailing newline") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    CliResult piped = run({"-n", "30", "--temp", "0", "-q"}, "Once upon a time\n");
+    CliResult flag = run({"-p", "Once upon a time", "-n", "30", "--temp", "0", "-q"});
+    REQUIRE(piped.exit_code == 0);
+    CHECK(!piped.out.empty());
+    CHECK(piped.out == flag.out);
+    CHECK(piped.out.rfind(", there was", 0) == 0);  // continues the prompt, prompt not echoed
+}
+
+TEST_CASE("run: sampling options - same seed same text, other seed other text") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    std::vector<std::string> sampling = {"-p", "Lily", "-n", "40", "--temp", "1.0", "--top-k", "40", "--top-p", "0.95",
+                                         "--min-p", "0.05", "--repeat-penalty", "1.1", "-q"};
+    auto with_seed = [&](const std::string& seed) {
+        std::vector<std::string> args = sampling;
+        args.insert(args.end(), {"--seed", seed});
+        return run(args);
+    };
+    CliResult a = with_seed("42"), b = with_seed("42"), c = with_seed("43");
+    REQUIRE(a.exit_code == 0);
+    CHECK(a.out == b.out);
+    CHECK(a.out != c.out);
+    CliResult greedy = run({"-p", "Lily", "-n", "40", "--temp", "0", "-q"});
+    CliResult top1 = run({"-p", "Lily", "-n", "40", "--temp", "1.5", "--top-k", "1", "--seed", "7", "-q"});
+    CHECK(greedy.out == top1.out);  // top-k 1 leaves only the argmax
+    CliResult penalized = run({"-p", "Lily", "-n", "40", "--temp", "0", "--repeat-penalty", "1.5", "-q"});
+    CHECK(penalized.exit_code == 0);
+    CHECK(penalized.out != greedy.out);
+}
+
+TEST_CASE("run: --verbose reports stats on stderr only") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    CliResult quiet = run({"-p", "", "-n", "16", "--temp", "0", "-q"});
+    CliResult verbose = run({"-p", "", "-n", "16", "--temp", "0", "--verbose"});
+    REQUIRE(verbose.exit_code == 0);
+    CHECK(verbose.out == quiet.out);
+    for (const char* needle : {"device cpu", "prompt 1 tokens", "prefill", "decode", "KV blocks used", "logits hash"})
+        CHECK_MESSAGE(verbose.err.find(needle) != std::string::npos, verbose.err << " lacks " << needle);
+}
+
+TEST_CASE("run: generation stops at a full context and says so") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    CliResult r = run({"-p", "", "-n", "100", "--temp", "0", "-c", "32"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.find("context full") != std::string::npos);
+    CliResult small_pool = run({"-p", "", "-n", "100", "--temp", "0", "--kv-mem", "40KiB", "--block-size", "8"});
+    REQUIRE(small_pool.exit_code == 0);
+    CHECK_MESSAGE(small_pool.err.find("KV cache full") != std::string::npos, small_pool.err);
+}
+
+TEST_CASE("run: --kv-dtype f16/bf16 keeps the greedy text close to f32's; unknown types are refused") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    auto run = [](const std::string& kv_dtype) {
+        return run_kvlm({"run", "-m", stories_kvlm(), "-p", "Once upon a time", "-n", "12", "--temp", "0", "-q", "--device",
+                         "cpu", "--kv-dtype", kv_dtype});
+    };
+    CliResult f32 = run("f32");
+    REQUIRE(f32.exit_code == 0);
+    for (const char* type : {"f16", "bf16"}) {
+        CAPTURE(type);
+        CliResult r = run(type);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        // 12 tokens of stories260K have no near tie at 16-bit KV precision: the same text.
+        CHECK(r.out == f32.out);
+    }
+    CliResult bad = run("q8");
+    CHECK(bad.exit_code != 0);
+    CHECK(bad.out.empty());
+    CHECK(bad.err.find("--kv-dtype: 'q8' is not a KV-cache type (expected auto, f32, f16 or bf16)") != std::string::npos);
+}
+
+TEST_CASE("run: --kv-mem N% sizes the pool from free memory, never below the context") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    auto run = [](const std::string& kv_mem) {
+        return run_kvlm({"run", "-m", stories_kvlm(), "-p", "Once upon a time", "-n", "8", "--temp", "0", "-v", "-c",
+                         "256", "--device", "cpu", "--kv-mem", kv_mem});
+    };
+    CliResult plain = run_kvlm({"run", "-m", stories_kvlm(), "-p", "Once upon a time", "-n", "8", "--temp", "0", "-q",
+                                "--device", "cpu", "-c", "256"});
+    REQUIRE(plain.exit_code == 0);
+    CliResult r = run("0.5%");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(r.out == plain.out);
+    std::smatch m;
+    REQUIRE_MESSAGE(std::regex_search(r.err, m, std::regex(R"(KV pool: (\d+) blocks, (\d+) tokens, .* \(--kv-mem 0.5% of the free memory\))")),
+                    r.err);
+    // 0.5% of any machine that runs the tests is far more than 256 tokens of stories260K KV (2.5 KiB each).
+    CHECK(std::stoll(m[2].str()) >= 256);
+    CHECK(std::stoll(m[1].str()) * 16 == std::stoll(m[2].str()));
+    for (const char* bad : {"0%", "101%", "x%", "%", "-5%"}) {
+        CAPTURE(bad);
+        CliResult e = run(bad);
+        CHECK(e.exit_code != 0);
+        CHECK(e.out.empty());
+        CHECK(e.err.find("--kv-mem: '" + std::string(bad) + "' is not a percentage between 0 and 100") != std::string::npos);
+    }
+}
+
+TEST_CASE("run: bad input is a clear error, never a truncation or a crash") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    std::string long_prompt;
+    for (int i = 0; i < 200; i++) long_prompt += "Once upon a time ";
+    check_fails(run({"-p", long_prompt, "-c", "64"}), "more than the context of 64 tokens");
+    check_fails(run({"-p", "x", "-c", "100000"}), "exceeds the model's trained context");
+    check_fails(run({"-p", "x", "--chat"}), "no chat template");
+    check_fails(run({"-p", "x", "--system", "be brief"}), "--system needs --chat");
+    check_fails(run({"-p", "x", "--device", "tpu"}), "unknown device 'tpu'");
+    check_fails(run({"-p", "x", "--kv-mem", "lots"}), "--kv-mem");
+    check_fails(run({"-p", "x", "--block-size", "0"}), "--block-size");
+    check_fails(run({"-p", "x", "-n", "-5"}), "-n");
+    check_fails(run_kvlm({"run", "-m", "/nonexistent/model.kvlm", "-p", "x"}), "/nonexistent/model.kvlm");
+    CliResult missing_model = run_kvlm({"run", "-p", "x"});
+    CHECK(missing_model.exit_code != 0);
+    CHECK(missing_model.err.find("--model") != std::string::npos);
+    CliResult bad_number = run({"-p", "x", "--temp", "hot"});
+    CHECK(bad_number.exit_code != 0);
+    CHECK(bad_number.out.empty());
+}

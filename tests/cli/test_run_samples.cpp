@@ -1,0 +1,108 @@
+// `kvlm run --samples N` through the real binary on stories260K: N completions separated by the
+// documented "\n--- sample i ---\n" line, sample 1 equal to a plain run with the same seed, greedy samples
+// all equal, and --verbose showing the prompt prefilled once and reused by the other samples.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "support/test_util.h"
+
+using namespace kvlm::test;
+
+namespace {
+
+std::string stories_kvlm() { return converted_model("stories-gguf", {data_path("stories260K/stories260K.gguf")}); }
+
+CliResult run(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"run", "-m", stories_kvlm()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_kvlm(args);
+}
+
+// Splits stdout at the "\n--- sample i ---\n" separators (i = 2, 3, ...).
+std::vector<std::string> split_samples(const std::string& out) {
+    std::vector<std::string> samples;
+    size_t start = 0;
+    for (int i = 2;; i++) {
+        std::string separator = "\n--- sample " + std::to_string(i) + " ---\n";
+        size_t at = out.find(separator, start);
+        if (at == std::string::npos) break;
+        samples.push_back(out.substr(start, at - start));
+        start = at + separator.size();
+    }
+    samples.push_back(out.substr(start));
+    return samples;
+}
+
+size_t count(const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) n++;
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("run --samples: N completions of one prefilled prompt, the first equal to a plain run") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    // A 21-token prompt with block size 8: forks share two full blocks and a partial one.
+    std::vector<std::string> common = {"-p", "Once upon a time, there was a little dog named Max. He",
+                                       "-n", "30", "--temp", "1.0", "--seed", "42", "--block-size", "8"};
+    auto with = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), common.begin(), common.end());
+        return run(extra);
+    };
+    CliResult plain = with({"-q"});
+    CliResult three = with({"--samples", "3", "--verbose"});
+    REQUIRE(plain.exit_code == 0);
+    REQUIRE_MESSAGE(three.exit_code == 0, three.err);
+    std::vector<std::string> samples = split_samples(three.out);
+    REQUIRE(samples.size() == 3);
+    CHECK(samples[0] == plain.out);
+    CHECK(!samples[1].empty());
+    CHECK((samples[1] != samples[0] || samples[2] != samples[0]));  // other seeds, other text
+
+    // Sample i is seeded seed + i - 1: sample 2 equals a plain run with seed 43.
+    std::vector<std::string> seed43 = common;
+    seed43[seed43.size() - 3] = "43";
+    seed43.push_back("-q");
+    CHECK(samples[1] == run(seed43).out);
+
+    // Prefilled once, reused by the others.
+    CHECK_MESSAGE(count(three.err, " prefilled in") == 3, three.err);
+    CHECK_MESSAGE(three.err.find("sample 1: ") != std::string::npos, three.err);
+    CHECK_MESSAGE(count(three.err, "0 reused from the pool, 0 restored from disk, 0 prefilled") == 0, three.err);
+    std::string tokens_line = three.err.substr(three.err.find("sample 1: "));
+    size_t at = tokens_line.find("prompt ");
+    int n_prompt = std::stoi(tokens_line.substr(at + 7));
+    REQUIRE(n_prompt > 16);
+    std::string first = "prompt " + std::to_string(n_prompt) + " tokens: 0 reused from the pool, 0 restored from disk, " +
+                        std::to_string(n_prompt) + " prefilled";
+    std::string later = "prompt " + std::to_string(n_prompt) + " tokens: " + std::to_string(n_prompt) +
+                        " reused from the pool, 0 restored from disk, 0 prefilled";
+    CHECK_MESSAGE(count(three.err, first) == 1, three.err);
+    CHECK_MESSAGE(count(three.err, later) == 2, three.err);
+}
+
+TEST_CASE("run --samples: greedy samples are all equal; bad counts are errors") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    CliResult greedy = run({"-p", "Lily", "-n", "20", "--temp", "0", "--samples", "4", "-q"});
+    REQUIRE(greedy.exit_code == 0);
+    std::vector<std::string> samples = split_samples(greedy.out);
+    REQUIRE(samples.size() == 4);
+    for (const std::string& s : samples) CHECK(s == samples[0]);
+    CHECK(samples[0] == run({"-p", "Lily", "-n", "20", "--temp", "0", "-q"}).out);
+
+    // Samples running into a full context each stop there, like a plain run.
+    CliResult full = run({"-p", "", "-n", "100", "--temp", "0", "-c", "32", "--samples", "2"});
+    REQUIRE(full.exit_code == 0);
+    CHECK(count(full.err, "context full") == 2);
+    samples = split_samples(full.out);
+    REQUIRE(samples.size() == 2);
+    CHECK(samples[0] == samples[1]);
+
+    CliResult zero = run({"-p", "x", "--samples", "0"});
+    CHECK(zero.exit_code != 0);
+    CHECK(zero.out.empty());
+    CHECK(zero.err.find("--samples") != std::string::npos);
+}

@@ -1,0 +1,374 @@
+// CPU ops against naive double-precision references on random inputs over awkward shapes, with guard
+// bands around outputs; plus the bit-identity properties the backend relies on (batching, threads, SIMD).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "compute/cpu_ops.h"
+#include "compute/matmul_cpu.h"
+#include "support/random_model.h"
+#include "util/thread_pool.h"
+
+using namespace kvlm;
+using kvlm::test::random_floats;
+
+namespace {
+
+constexpr size_t kGuard = 16;
+constexpr float kSentinel = -12345.5f;
+
+// A float buffer with sentinel guard bands on both sides.
+struct Guarded {
+    std::vector<float> storage;
+    explicit Guarded(size_t n) : storage(n + 2 * kGuard, kSentinel) {}
+    float* data() { return storage.data() + kGuard; }
+    size_t size() const { return storage.size() - 2 * kGuard; }
+    bool guards_intact() const {
+        for (size_t i = 0; i < kGuard; i++)
+            if (storage[i] != kSentinel || storage[storage.size() - 1 - i] != kSentinel) return false;
+        return true;
+    }
+};
+
+// Values as they are after a round trip through dtype.
+std::vector<float> round_through(const std::vector<float>& v, DType dtype) {
+    std::vector<uint8_t> bytes(v.size() * dtype_size(dtype));
+    convert_from_f32(dtype, v.data(), bytes.data(), v.size());
+    std::vector<float> out(v.size());
+    convert_to_f32(dtype, bytes.data(), out.data(), v.size());
+    return out;
+}
+
+std::vector<uint8_t> encode(const std::vector<float>& v, DType dtype) {
+    std::vector<uint8_t> bytes(v.size() * dtype_size(dtype));
+    convert_from_f32(dtype, v.data(), bytes.data(), v.size());
+    return bytes;
+}
+
+// Checks |got - want| <= atol + rtol |want| and reports the first few mismatches.
+void check_close(const float* got, const std::vector<double>& want, double atol, double rtol, const char* what) {
+    int n_bad = 0;
+    for (size_t i = 0; i < want.size(); i++) {
+        double err = std::fabs(double(got[i]) - want[i]);
+        if (!(err <= atol + rtol * std::fabs(want[i]))) {
+            if (n_bad < 5) MESSAGE(what << ": element " << i << " = " << got[i] << ", expected " << want[i]);
+            n_bad++;
+        }
+    }
+    CHECK_MESSAGE(n_bad == 0, what << ": " << n_bad << " of " << want.size() << " elements out of tolerance");
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+}  // namespace
+
+TEST_CASE("cpu_ops: matmul matches a double reference for f32/f16/bf16 weights and awkward shapes") {
+    ThreadPool pool3(3);
+    struct Shape { int64_t n, n_in, n_out; };
+    const Shape shapes[] = {{1, 1, 1}, {1, 7, 5}, {2, 8, 4}, {3, 63, 17}, {1, 64, 33}, {5, 100, 9}, {35, 72, 21}, {37, 130, 45}, {1, 1000, 70}};
+    uint64_t seed = 1;
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+        for (const Shape& s : shapes) {
+            CAPTURE(dtype_name(dtype));
+            CAPTURE(s.n);
+            CAPTURE(s.n_in);
+            CAPTURE(s.n_out);
+            std::vector<float> x = random_floats(size_t(s.n * s.n_in), -1.0f, 1.0f, seed++);
+            std::vector<float> w_values = round_through(random_floats(size_t(s.n_out * s.n_in), -1.0f, 1.0f, seed++), dtype);
+            std::vector<uint8_t> w = encode(w_values, dtype);
+            std::vector<double> want(size_t(s.n * s.n_out));
+            for (int64_t t = 0; t < s.n; t++)
+                for (int64_t r = 0; r < s.n_out; r++) {
+                    double sum = 0;
+                    for (int64_t i = 0; i < s.n_in; i++) sum += double(w_values[size_t(r * s.n_in + i)]) * x[size_t(t * s.n_in + i)];
+                    want[size_t(t * s.n_out + r)] = sum;
+                }
+            Guarded out(want.size());
+            matmul_cpu(out.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, nullptr);
+            CHECK(out.guards_intact());
+            check_close(out.data(), want, 1e-5, 1e-5, "matmul");
+
+            // Same bits token by token, with 3 threads, and on the scalar path.
+            Guarded single(want.size()), threaded(want.size()), scalar(want.size());
+            for (int64_t t = 0; t < s.n; t++)
+                matmul_cpu(single.data() + t * s.n_out, x.data() + t * s.n_in, w.data(), dtype, 1, s.n_in, s.n_out, nullptr);
+            matmul_cpu(threaded.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, &pool3);
+            set_cpu_simd_enabled(false);
+            matmul_cpu(scalar.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, &pool3);
+            set_cpu_simd_enabled(true);
+            CHECK(same_bits(out.data(), single.data(), want.size()));
+            CHECK(same_bits(out.data(), threaded.data(), want.size()));
+            CHECK(same_bits(out.data(), scalar.data(), want.size()));
+            CHECK(threaded.guards_intact());
+            CHECK(scalar.guards_intact());
+        }
+    }
+}
+
+TEST_CASE("cpu_ops: dot_cpu equals the matmul element and axpy is an fma per element") {
+    std::vector<float> a = random_floats(77, -1, 1, 11), b = random_floats(77, -1, 1, 12);
+    float out = 0;
+    matmul_cpu(&out, b.data(), a.data(), DType::f32, 1, 77, 1, nullptr);
+    CHECK(dot_cpu(a.data(), DType::f32, b.data(), 77) == out);
+    std::vector<float> y = random_floats(77, -1, 1, 13), y2 = y;
+    axpy_cpu(y.data(), 0.37f, a.data(), DType::f32, 77);
+    for (size_t i = 0; i < 77; i++) CHECK(y[i] == std::fma(0.37f, a[i], y2[i]));
+}
+
+TEST_CASE("cpu_ops: rmsnorm, bias, residual add and swiglu match double references") {
+    const int32_t n = 3, dim = 67;
+    std::vector<float> x = random_floats(size_t(n * dim), -2, 2, 21), w = random_floats(size_t(dim), 0.5f, 1.5f, 22);
+    Guarded out(size_t(n * dim));
+    rmsnorm_cpu(out.data(), x.data(), w.data(), n, dim, 1e-5f);
+    std::vector<double> want(size_t(n * dim));
+    for (int32_t t = 0; t < n; t++) {
+        double ss = 0;
+        for (int32_t i = 0; i < dim; i++) ss += double(x[size_t(t * dim + i)]) * x[size_t(t * dim + i)];
+        double scale = 1.0 / std::sqrt(ss / dim + 1e-5);
+        for (int32_t i = 0; i < dim; i++) want[size_t(t * dim + i)] = w[size_t(i)] * x[size_t(t * dim + i)] * scale;
+    }
+    CHECK(out.guards_intact());
+    check_close(out.data(), want, 1e-6, 1e-5, "rmsnorm");
+
+    std::vector<float> g = random_floats(size_t(n * dim), -6, 6, 23), u = random_floats(size_t(n * dim), -2, 2, 24);
+    Guarded sw(size_t(n * dim));
+    swiglu_cpu(sw.data(), g.data(), u.data(), n, dim);
+    for (size_t i = 0; i < want.size(); i++) want[i] = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+    CHECK(sw.guards_intact());
+    check_close(sw.data(), want, 1e-6, 1e-5, "swiglu");
+
+    std::vector<float> b = random_floats(size_t(dim), -1, 1, 25), xb = x;
+    add_bias_cpu(xb.data(), b.data(), n, dim);
+    add_cpu(xb.data(), g.data(), int64_t(n) * dim);
+    for (size_t i = 0; i < want.size(); i++) want[i] = double(x[i]) + b[i % size_t(dim)] + g[i];
+    check_close(xb.data(), want, 1e-5, 1e-6, "bias + add");
+}
+
+TEST_CASE("cpu_ops: embed converts rows of the table") {
+    std::vector<float> table = round_through(random_floats(10 * 6, -1, 1, 31), DType::bf16);
+    std::vector<uint8_t> bytes = encode(table, DType::bf16);
+    int32_t tokens[] = {9, 0, 4};
+    Guarded out(18);
+    embed_cpu(out.data(), tokens, bytes.data(), DType::bf16, 3, 6);
+    CHECK(out.guards_intact());
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < 6; i++) CHECK(out.data()[t * 6 + i] == table[size_t(tokens[t] * 6 + i)]);
+}
+
+TEST_CASE("cpu_ops: rope inverse frequencies, plain and llama3-scaled") {
+    std::vector<float> inv(64);
+    rope_inv_freq(inv.data(), 128, 10000.0f, RopeScaling{});
+    for (int i = 0; i < 64; i++) CHECK(inv[size_t(i)] == doctest::Approx(std::pow(10000.0, -2.0 * i / 128)).epsilon(1e-6));
+
+    // Expected values from Hugging Face's _compute_llama3_parameters (Llama 3.2: theta 500000, factor 32,
+    // low 1, high 4, original context 8192, head_dim 64), computed in float32 with numpy.
+    const double want[32] = {1, 0.66360122, 0.440366626, 0.292227805, 0.193922758, 0.128687382, 0.0853971019,
+                             0.0566696189, 0.0376060307, 0.0249554086, 0.0165604409, 0.0109895291, 0.00729266508,
+                             0.00483942125, 0.00321144611, 0.00129054801, 0.000429556705, 9.70828623e-05,
+                             1.94616387e-05, 1.29147684e-05, 8.57025589e-06, 5.68723181e-06, 3.77405445e-06,
+                             2.50446692e-06, 1.66196764e-06, 1.10288363e-06, 7.31874934e-07, 4.85673127e-07,
+                             3.22293289e-07, 2.1387423e-07, 1.41927202e-07, 9.4183072e-08};
+    RopeScaling llama3;
+    llama3.type = "llama3";
+    llama3.factor = 32;
+    llama3.low_freq_factor = 1;
+    llama3.high_freq_factor = 4;
+    llama3.original_max_position = 8192;
+    std::vector<float> scaled(32);
+    rope_inv_freq(scaled.data(), 64, 500000.0f, llama3);
+    for (int i = 0; i < 32; i++) {
+        CAPTURE(i);
+        CHECK(scaled[size_t(i)] == doctest::Approx(want[i]).epsilon(2e-6));
+    }
+}
+
+TEST_CASE("cpu_ops: rope rotates dim i with i + head_dim/2 (rotate_half)") {
+    for (int32_t head_dim : {8, 64, 128}) {
+        CAPTURE(head_dim);
+        const int32_t n = 3, n_heads = 2, half = head_dim / 2;
+        int32_t positions[n] = {0, 7, 1000};
+        std::vector<float> inv(static_cast<size_t>(half));
+        rope_inv_freq(inv.data(), head_dim, 10000.0f, RopeScaling{});
+        std::vector<float> x = random_floats(size_t(n * n_heads * head_dim), -1, 1, 40 + uint64_t(head_dim));
+        Guarded y(x.size());
+        std::copy(x.begin(), x.end(), y.data());
+        rope_cpu(y.data(), positions, inv.data(), n, n_heads, head_dim);
+        std::vector<double> want(x.size());
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t h = 0; h < n_heads; h++)
+                for (int32_t i = 0; i < half; i++) {
+                    size_t base = size_t((t * n_heads + h) * head_dim);
+                    double angle = double(positions[t]) * inv[size_t(i)];
+                    double x0 = x[base + size_t(i)], x1 = x[base + size_t(i + half)];
+                    want[base + size_t(i)] = x0 * std::cos(angle) - x1 * std::sin(angle);
+                    want[base + size_t(i + half)] = x0 * std::sin(angle) + x1 * std::cos(angle);
+                }
+        CHECK(y.guards_intact());
+        check_close(y.data(), want, 2e-4, 1e-5, "rope");
+        // Position 0 is the identity.
+        CHECK(same_bits(y.data(), x.data(), size_t(n_heads * head_dim)));
+    }
+}
+
+namespace {
+
+struct AttentionCase {
+    int32_t head_dim, group, n_kv_heads;
+    DType dtype;
+};
+
+// Writes K/V for positions 0..n_ctx-1 of layer 1 (layer 0 gets other data) through a shuffled block table,
+// runs attention for queries at `query_positions`, and returns the output ([n_q, n_heads, head_dim]).
+// Checks guard bands and that nothing outside the written slots changed.
+std::vector<float> run_attention(const AttentionCase& c, int32_t block_size, int32_t n_ctx,
+                                 const std::vector<float>& k, const std::vector<float>& v, const std::vector<float>& q,
+                                 const std::vector<int32_t>& query_positions, ThreadPool* pool) {
+    KvLayout layout;
+    layout.n_layers = 2;
+    layout.block_size = block_size;
+    layout.n_kv_heads = c.n_kv_heads;
+    layout.head_dim = c.head_dim;
+    layout.dtype = c.dtype;
+    const int32_t n_heads = c.n_kv_heads * c.group;
+    const int32_t n_table = (n_ctx + block_size - 1) / block_size, n_blocks = n_table + 3;
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(uint32_t(block_size * 7 + n_ctx)));
+    table.resize(size_t(n_table));
+
+    const size_t kv_bytes = size_t(n_blocks) * layout.block_bytes();
+    std::vector<uint8_t> kv(kv_bytes + 2 * 64, 0xA5);
+    uint8_t* kv_data = kv.data() + 64;
+    const int64_t row = layout.row_elements();
+    std::vector<int32_t> positions(static_cast<size_t>(n_ctx));
+    std::iota(positions.begin(), positions.end(), 0);
+    // Layer 0 gets negated data so mixing layers up would show.
+    std::vector<float> k0(k.size()), v0(v.size());
+    for (size_t i = 0; i < k.size(); i++) k0[i] = -k[i], v0[i] = -v[i];
+    kv_write_cpu(kv_data, layout, 0, k0.data(), v0.data(), table.data(), positions.data(), n_ctx);
+    // Layer 1 in two calls: a prefix, then the rest.
+    int32_t split = n_ctx * 2 / 3;
+    kv_write_cpu(kv_data, layout, 1, k.data(), v.data(), table.data(), positions.data(), split);
+    kv_write_cpu(kv_data, layout, 1, k.data() + split * row, v.data() + split * row, table.data(), positions.data() + split,
+                 n_ctx - split);
+    for (size_t i = 0; i < 64; i++) {
+        CHECK(kv[i] == 0xA5);
+        CHECK(kv[kv.size() - 1 - i] == 0xA5);
+    }
+    // Slots past n_ctx in the last block and unused blocks are untouched.
+    const size_t element = dtype_size(c.dtype);
+    for (int32_t b = 0; b < n_blocks; b++) {
+        bool used = std::find(table.begin(), table.end(), b) != table.end();
+        for (int32_t layer = 0; layer < 2; layer++)
+            for (int32_t kind = 0; kind < 2; kind++)
+                for (int32_t slot = 0; slot < block_size; slot++) {
+                    int32_t idx = int32_t(std::find(table.begin(), table.end(), b) - table.begin());
+                    bool written = used && idx * block_size + slot < n_ctx;
+                    if (written) continue;
+                    const uint8_t* p = kv_data + size_t(layout.row_offset(b, layer, kind, slot)) * element;
+                    bool intact = std::all_of(p, p + row * int64_t(element), [](uint8_t byte) { return byte == 0xA5; });
+                    CHECK(intact);
+                }
+    }
+
+    const int32_t n_q = int32_t(query_positions.size());
+    Guarded out(size_t(n_q * n_heads * c.head_dim));
+    paged_attention_cpu(out.data(), q.data(), kv_data, layout, 1, table.data(), query_positions.data(), n_q, n_heads,
+                        pool);
+    CHECK(out.guards_intact());
+    return std::vector<float>(out.data(), out.data() + out.size());
+}
+
+}  // namespace
+
+TEST_CASE("cpu_ops: kv_write + paged_attention == contiguous causal GQA attention (double reference)") {
+    ThreadPool pool3(3);
+    const int32_t n_ctx = 37;
+    const std::vector<int32_t> query_positions = {0, 5, 16, 24, 36, 36};
+    uint64_t seed = 100;
+    for (int32_t head_dim : {8, 64, 128})
+        for (int32_t group : {1, 2, 4, 8})
+            for (int32_t n_kv_heads : {1, 2})
+                for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+                    AttentionCase c{head_dim, group, n_kv_heads, dtype};
+                    CAPTURE(head_dim);
+                    CAPTURE(group);
+                    CAPTURE(n_kv_heads);
+                    CAPTURE(dtype_name(dtype));
+                    const int32_t n_heads = n_kv_heads * group, n_q = int32_t(query_positions.size());
+                    const size_t row = size_t(n_kv_heads * head_dim);
+                    std::vector<float> k = random_floats(size_t(n_ctx) * row, -1, 1, seed++);
+                    std::vector<float> v = random_floats(size_t(n_ctx) * row, -1, 1, seed++);
+                    // Larger queries make the softmax peaky, which exercises the max subtraction.
+                    std::vector<float> q = random_floats(size_t(n_q * n_heads * head_dim), -3, 3, seed++);
+                    std::vector<float> kr = round_through(k, dtype), vr = round_through(v, dtype);
+
+                    std::vector<double> want(size_t(n_q * n_heads * head_dim));
+                    for (int32_t t = 0; t < n_q; t++)
+                        for (int32_t h = 0; h < n_heads; h++) {
+                            int32_t p = query_positions[size_t(t)], kvh = h / group;
+                            const float* qh = q.data() + (t * n_heads + h) * head_dim;
+                            std::vector<double> s(size_t(p + 1));
+                            double mx = -1e300, sum = 0;
+                            for (int32_t j = 0; j <= p; j++) {
+                                double d = 0;
+                                for (int32_t i = 0; i < head_dim; i++) d += double(qh[i]) * kr[size_t(j) * row + size_t(kvh * head_dim + i)];
+                                s[size_t(j)] = d / std::sqrt(double(head_dim));
+                                mx = std::max(mx, s[size_t(j)]);
+                            }
+                            for (auto& e : s) sum += (e = std::exp(e - mx));
+                            for (int32_t i = 0; i < head_dim; i++) {
+                                double o = 0;
+                                for (int32_t j = 0; j <= p; j++) o += s[size_t(j)] / sum * vr[size_t(j) * row + size_t(kvh * head_dim + i)];
+                                want[size_t((t * n_heads + h) * head_dim + i)] = o;
+                            }
+                        }
+
+                    std::vector<float> first;
+                    for (int32_t block_size : {1, 3, 16}) {
+                        CAPTURE(block_size);
+                        std::vector<float> got = run_attention(c, block_size, n_ctx, k, v, q, query_positions,
+                                                               block_size == 3 ? &pool3 : nullptr);
+                        check_close(got.data(), want, 2e-5, 1e-4, "paged attention");
+                        // Identical bits for any block size, block order and thread count.
+                        if (first.empty()) first = got;
+                        else CHECK(same_bits(first.data(), got.data(), got.size()));
+                    }
+                }
+}
+
+TEST_CASE("cpu_ops: thread pool runs every chunk exactly once") {
+    for (int32_t n_threads : {1, 2, 3, 5}) {
+        ThreadPool pool(n_threads);
+        for (int64_t n : {0, 1, 2, 7, 100, 1001}) {
+            for (int64_t grain : {1, 4}) {
+                std::vector<int> hits(size_t(n), 0);
+                pool.parallel_for(n, [&](int64_t b, int64_t e) {
+                    CHECK_MESSAGE(b % grain == 0, "chunk start not aligned to grain");
+                    for (int64_t i = b; i < e; i++) hits[size_t(i)]++;
+                }, grain);
+                CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+            }
+        }
+        std::vector<int> seen(size_t(n_threads), 0);
+        pool.run([&](int32_t index) { seen[size_t(index)]++; });
+        CHECK(std::all_of(seen.begin(), seen.end(), [](int h) { return h == 1; }));
+        CHECK_THROWS_AS(pool.run([&](int32_t index) {
+            if (index == n_threads - 1) throw std::runtime_error("boom");
+        }), std::runtime_error);
+        // Still usable after an exception.
+        int64_t total = 0;
+        std::mutex m;
+        pool.parallel_for(10, [&](int64_t b, int64_t e) {
+            std::lock_guard<std::mutex> lock(m);
+            total += e - b;
+        });
+        CHECK(total == 10);
+    }
+}

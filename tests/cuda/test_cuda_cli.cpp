@@ -1,0 +1,185 @@
+// The CUDA backend through the real binary on stories260K: `--device cuda` greedy text equals the golden
+// text (to the first near tie of the CPU's logits), decode with CUDA graphs off gives the same text,
+// `--device auto` says it picked CUDA, a session saved and restored on the GPU continues as the same
+// session does on the CPU (same texts, same reuse counts), and `kvlm bench --device cuda` reports the
+// bandwidth and FLOP/s columns; a KV pool that does not fit in device memory is a clear error; --kv-dtype
+// auto follows the model's weight type on the GPU. Without a usable device (or in CUDA=0 builds) each case
+// says "SKIPPED: no CUDA device (...)" and passes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "compute/backend.h"
+#include "format/model_file.h"
+#include "kv/kv_pool.h"
+#include "support/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace kvlm;
+using namespace kvlm::test;
+
+namespace {
+
+bool have_cuda() {
+    std::string why;
+    if (cuda_available(&why)) return true;
+    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
+    return false;
+}
+
+std::string stories(const std::string& relative) { return data_path("stories260K/" + relative); }
+std::string stories_model() { return converted_model("stories-gguf", {stories("stories260K.gguf")}); }
+
+// Greedy text up to the first step where the CPU's (teacher-forced) top two logits are closer than `gap`:
+// past such a near tie, a GPU's different summation order may legitimately pick the other token.
+std::string golden_prefix(float gap) {
+    auto j = nlohmann::json::parse(read_file(stories("reference_greedy_f32.json")));
+    std::vector<int32_t> greedy = j.at("greedy_token_ids").get<std::vector<int32_t>>();
+    std::vector<int32_t> tokens = {1};
+    tokens.insert(tokens.end(), greedy.begin(), greedy.end() - 1);
+    auto model = ModelFile::open(stories_model());
+    BackendOptions options;
+    options.block_size = 16;
+    options.n_kv_blocks = int32_t(tokens.size() + 15) / 16 + 1;
+    auto cpu = make_cpu_backend(*model, options);
+    KvPool pool(options.n_kv_blocks, options.block_size);
+    BlockTable table;
+    reserve_tokens(pool, table, int32_t(tokens.size()));
+    const int32_t n_vocab = model->config().n_vocab;
+    std::vector<float> logits(tokens.size() * size_t(n_vocab));
+    cpu->forward(tokens.data(), int32_t(tokens.size()), 0, table, logits.data(), true);
+    table.n_tokens = int32_t(tokens.size());
+    release_table(pool, table);
+    size_t first_tie = greedy.size();
+    for (size_t p = 0; p < greedy.size() && first_tie == greedy.size(); p++) {
+        std::vector<float> row(logits.begin() + p * n_vocab, logits.begin() + (p + 1) * n_vocab);
+        std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+        if (row[0] - row[1] < gap) first_tie = p;
+    }
+    Tokenizer tokenizer(model->metadata().tokenizer);
+    std::string prefix = tokenizer.decode(std::vector<int32_t>(greedy.begin(), greedy.begin() + first_tie));
+    if (!prefix.empty() && prefix[0] == ' ') prefix.erase(0, 1);  // as llama2.c prints after BOS
+    MESSAGE("stories260K: first near tie (gap < " << gap << ") at step " << first_tie);
+    return prefix;
+}
+
+CliResult run_turn(const std::string& dir, const std::string& device, const std::string& prompt) {
+    return run_kvlm({"run", "-m", stories_model(), "-p", prompt, "-n", "24", "--temp", "0", "-c", "512", "--session",
+                     "s", "--session-dir", dir, "--device", device, "--verbose"});
+}
+
+int count(const std::string& err, const std::string& what) {
+    std::smatch m;
+    return std::regex_search(err, m, std::regex("(\\d+) " + what)) ? std::stoi(m[1].str()) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, graphs on and off") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf")) || !have_data(stories("expected_t0_n200.txt"))) return;
+    const std::string expected = read_file(stories("expected_t0_n200.txt"));
+    const std::string prefix = golden_prefix(2e-3f);
+    REQUIRE(expected.compare(0, prefix.size(), prefix) == 0);
+    const std::vector<std::string> args = {"run", "-m", stories_model(), "-p", "", "-n", "200", "--temp", "0"};
+
+    std::vector<std::string> cuda_args = args;
+    cuda_args.insert(cuda_args.end(), {"--device", "cuda"});
+    CliResult r = run_kvlm(cuda_args);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(r.err.find("kvlm: device cuda") != std::string::npos);
+    CHECK(r.out.compare(0, prefix.size(), prefix) == 0);
+    if (prefix.size() == expected.size()) CHECK(r.out == expected);
+
+    CliResult eager = run_shell("KVLM_CUDA_GRAPHS=0 " + kvlm_command(cuda_args));
+    REQUIRE_MESSAGE(eager.exit_code == 0, eager.err);
+    CHECK(eager.err.find("CUDA graphs off") != std::string::npos);
+    CHECK(eager.out == r.out);
+
+    CliResult automatic = run_kvlm(args);
+    REQUIRE_MESSAGE(automatic.exit_code == 0, automatic.err);
+    CHECK(automatic.err.find("(auto: a CUDA device is available)") != std::string::npos);
+    CHECK(automatic.out == r.out);
+}
+
+TEST_CASE("cuda cli: a session saved and restored on the GPU continues as the same session on the CPU") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    const std::vector<std::string> turns = {"Once upon a time", " Lily saw a big red ball.", " Then"};
+    TempDir gpu_dir, cpu_dir;
+    for (size_t t = 0; t < turns.size(); t++) {
+        CAPTURE(t);
+        CliResult gpu = run_turn(gpu_dir.path(), "cuda", turns[t]);
+        CliResult cpu = run_turn(cpu_dir.path(), "cpu", turns[t]);
+        REQUIRE_MESSAGE(gpu.exit_code == 0, gpu.err);
+        REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
+        CHECK(gpu.out == cpu.out);
+        CHECK(count(gpu.err, "restored from disk") == count(cpu.err, "restored from disk"));
+        CHECK(count(gpu.err, "prefilled") == count(cpu.err, "prefilled"));
+        if (t > 0) CHECK(count(gpu.err, "restored from disk") > 0);
+    }
+    CliResult verify = run_kvlm({"session", "verify", "s", "--session-dir", gpu_dir.path()});
+    CHECK_MESSAGE(verify.exit_code == 0, verify.err);
+}
+
+TEST_CASE("cuda cli: kvlm bench --device cuda reports bandwidth and FLOP/s against the device's peaks") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    CliResult r = run_kvlm({"bench", "-m", stories_model(), "-p", "64", "-n", "16", "-r", "2", "--device", "cuda",
+                            "-o", "json", "--no-scenarios"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    auto j = nlohmann::json::parse(r.out);
+    MESSAGE("bench json: " << r.out.substr(0, 2000));
+    CHECK(j.at("backend").get<std::string>().rfind("cuda", 0) == 0);
+    // The memory peak is known for every device (from its clock and bus width when not in the datasheet
+    // table); the bf16 peak only for the table's devices: elsewhere the prefill row gives TFLOP/s alone.
+    const auto& peaks = j.at("peaks");
+    CHECK(peaks.at("memory_gb_s").get<double>() > 0);
+    const bool bf16_peak_known = peaks.at("bf16_tflops").get<double>() > 0;
+    if (!bf16_peak_known) CHECK(peaks.at("source").get<std::string>().find("bf16 peak unknown") != std::string::npos);
+    REQUIRE(j.at("results").size() == 2);
+    for (const auto& row : j.at("results")) {
+        CHECK(row.at("tokens_per_second").at("mean").get<double>() > 0);
+        if (row.at("kind") == "decode") {
+            CHECK(row.at("fraction_of_peak_bandwidth").get<double>() > 0);
+        } else {
+            CHECK(row.at("tflops").get<double>() > 0);
+            CHECK(row.contains("fraction_of_bf16_peak") == bf16_peak_known);
+            if (bf16_peak_known) CHECK(row.at("fraction_of_bf16_peak").get<double>() > 0);
+        }
+    }
+}
+
+TEST_CASE("cuda cli: a KV pool larger than device memory is an error naming what did not fit and the option") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    // 200 GiB is more than any single GPU kvlm targets has (an H200 has 141 GB); the emulator has 4 GiB.
+    CliResult r = run_kvlm({"run", "-m", stories_model(), "-p", "Once", "-n", "4", "--device", "cuda", "--kv-mem",
+                            "200GiB"});
+    CHECK(r.exit_code != 0);
+    CHECK(r.out.empty());
+    CHECK_MESSAGE(r.err.find("KV pool") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("does not fit in device memory") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("lower --kv-mem") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("--kv-dtype bf16") != std::string::npos, r.err);  // the default cache is f32
+    // A 16-bit cache is not told to become one.
+    CliResult bf16 = run_kvlm({"run", "-m", stories_model(), "-p", "Once", "-n", "4", "--device", "cuda", "--kv-mem",
+                               "200GiB", "--kv-dtype", "bf16"});
+    CHECK(bf16.exit_code != 0);
+    CHECK_MESSAGE(bf16.err.find("--kv-dtype bf16") == std::string::npos, bf16.err);  // already 16-bit
+}
+
+TEST_CASE("cuda cli: --kv-dtype auto takes a 16-bit model's type on the GPU, f32 for an f32 model") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    const std::string bf16 = converted_model("stories-bf16", {stories("stories260K.gguf"), "--dtype", "bf16"});
+    CliResult r = run_kvlm({"run", "-m", bf16, "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK_MESSAGE(r.err.find("KV cache bf16 (auto: the model's bf16 weights on CUDA)") != std::string::npos, r.err);
+    CliResult f32 = run_kvlm({"run", "-m", stories_model(), "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda"});
+    REQUIRE_MESSAGE(f32.exit_code == 0, f32.err);
+    CHECK_MESSAGE(f32.err.find("KV cache f32 (auto: the model's f32 weights)") != std::string::npos, f32.err);
+}

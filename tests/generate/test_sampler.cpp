@@ -1,0 +1,138 @@
+// Sampler: greedy, seeded reproducibility, top-k/top-p/min-p truncation and the repetition penalty.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "generate/sampler.h"
+#include "support/random_model.h"
+
+using namespace kvlm;
+
+namespace {
+
+std::vector<float> random_logits(int32_t n, uint64_t seed) { return kvlm::test::random_floats(size_t(n), -5, 5, seed); }
+
+SamplingParams plain(float temperature, uint64_t seed = 0) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.repeat_penalty = 1.0f;
+    p.seed = seed;
+    return p;
+}
+
+// Draws `n` tokens with fresh copies of the logits each time.
+std::vector<int32_t> draw(Sampler& sampler, const std::vector<float>& logits, int n) {
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; i++) {
+        std::vector<float> copy = logits;
+        out.push_back(sampler.sample(copy.data(), int32_t(copy.size()), {}));
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("sampler: greedy returns the argmax, lowest id on ties") {
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        std::vector<float> logits = random_logits(1000, seed);
+        int32_t want = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        Sampler greedy(plain(0.0f));
+        CHECK(greedy.sample(logits.data(), 1000, {}) == want);
+    }
+    std::vector<float> ties = {1, 3, 2, 3, 3};
+    Sampler greedy(plain(-1.0f));
+    CHECK(greedy.sample(ties.data(), 5, {}) == 1);
+}
+
+TEST_CASE("sampler: same seed gives the same tokens, different seeds differ") {
+    std::vector<float> logits = random_logits(500, 7);
+    for (auto& l : logits) l *= 0.2f;  // flat enough that draws vary
+    Sampler a(plain(1.0f, 123)), b(plain(1.0f, 123)), c(plain(1.0f, 124));
+    std::vector<int32_t> ta = draw(a, logits, 50), tb = draw(b, logits, 50), tc = draw(c, logits, 50);
+    CHECK(ta == tb);
+    CHECK(ta != tc);
+    CHECK(std::set<int32_t>(ta.begin(), ta.end()).size() > 10);  // really sampling
+}
+
+TEST_CASE("sampler: top_k = 1 is greedy, and top_k limits draws to the k best") {
+    std::vector<float> logits = random_logits(300, 9);
+    for (auto& l : logits) l *= 0.1f;
+    int32_t best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    SamplingParams p = plain(1.5f, 5);
+    p.top_k = 1;
+    Sampler one(p);
+    for (int32_t t : draw(one, logits, 30)) CHECK(t == best);
+
+    p.top_k = 5;
+    Sampler five(p);
+    std::vector<float> sorted = logits;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    std::set<int32_t> seen;
+    for (int32_t t : draw(five, logits, 200)) {
+        CHECK(logits[size_t(t)] >= sorted[4]);
+        seen.insert(t);
+    }
+    CHECK(seen.size() == 5);
+}
+
+TEST_CASE("sampler: draw frequencies follow softmax(logits / temperature)") {
+    std::vector<float> logits = {0.0f, std::log(2.0f), std::log(5.0f)};  // probabilities 1/8, 2/8, 5/8
+    Sampler s(plain(1.0f, 99));
+    std::map<int32_t, int> counts;
+    const int n = 8000;
+    for (int32_t t : draw(s, logits, n)) counts[t]++;
+    CHECK(counts[0] / double(n) == doctest::Approx(1.0 / 8).epsilon(0.15));
+    CHECK(counts[1] / double(n) == doctest::Approx(2.0 / 8).epsilon(0.1));
+    CHECK(counts[2] / double(n) == doctest::Approx(5.0 / 8).epsilon(0.05));
+}
+
+TEST_CASE("sampler: min_p and top_p exclude tail tokens") {
+    // Probabilities 0.5, 0.25, 0.125, 0.0625, ... (halving).
+    std::vector<float> logits;
+    for (int i = 0; i < 10; i++) logits.push_back(-float(i) * std::log(2.0f));
+    SamplingParams p = plain(1.0f, 3);
+    p.min_p = 0.2f;  // keeps p >= 0.1: tokens 0, 1, 2
+    Sampler min_p(p);
+    std::set<int32_t> seen;
+    for (int32_t t : draw(min_p, logits, 400)) seen.insert(t);
+    CHECK(seen == std::set<int32_t>{0, 1, 2});
+
+    p = plain(1.0f, 4);
+    p.top_p = 0.7f;  // 0.5 + 0.25 >= 0.7: tokens 0, 1
+    Sampler top_p(p);
+    seen.clear();
+    for (int32_t t : draw(top_p, logits, 400)) seen.insert(t);
+    CHECK(seen == std::set<int32_t>{0, 1});
+
+    // Without truncation the tail does appear.
+    Sampler all(plain(1.0f, 5));
+    seen.clear();
+    for (int32_t t : draw(all, logits, 2000)) seen.insert(t);
+    CHECK(seen.size() >= 6);
+}
+
+TEST_CASE("sampler: repetition penalty lowers recently seen tokens, once each") {
+    std::vector<float> logits = {2.0f, 1.9f, -1.0f, 0.5f};
+    SamplingParams p = plain(0.0f);
+    p.repeat_penalty = 1.5f;
+    p.repeat_last_n = 3;
+    Sampler s(p);
+    std::vector<float> l = logits;
+    // Token 0 seen (twice: penalized once), token 2 seen; token 3 is outside the last 3.
+    CHECK(s.sample(l.data(), 4, {3, 0, 2, 0}) == 1);
+    CHECK(l[0] == doctest::Approx(2.0f / 1.5f));
+    CHECK(l[2] == doctest::Approx(-1.5f));
+    CHECK(l[1] == 1.9f);
+    CHECK(l[3] == 0.5f);
+    // Penalty 1 changes nothing.
+    Sampler off(plain(0.0f));
+    l = logits;
+    CHECK(off.sample(l.data(), 4, {0, 0, 0}) == 0);
+    CHECK(l == logits);
+}

@@ -1,0 +1,73 @@
+// Random in-memory models for backend tests.
+#include "support/random_model.h"
+
+#include <cmath>
+#include <random>
+
+namespace kvlm::test {
+
+ModelConfig small_random_config() {
+    ModelConfig c;
+    c.n_vocab = 100;
+    c.n_embd = 64;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.n_ff = 96;
+    c.n_ctx = 1024;
+    return c;
+}
+
+std::vector<float> random_floats(size_t n, float lo, float hi, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<float> v(n);
+    for (auto& x : v) x = lo + (hi - lo) * float(double(rng() >> 11) * (1.0 / 9007199254740992.0));
+    return v;
+}
+
+std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType dtype, uint64_t seed) {
+    auto model = std::make_unique<RandomModel>();
+    model->config = config;
+    uint64_t next_seed = seed * 1000003u + 17;
+    auto make = [&](std::vector<int64_t> shape, float lo, float hi) {
+        TensorView view;
+        view.shape = shape;
+        view.dtype = shape.size() == 1 ? DType::f32 : dtype;
+        std::vector<float> values = random_floats(size_t(view.n_elements()), lo, hi, next_seed++);
+        model->storage.emplace_back(view.n_bytes());
+        convert_from_f32(view.dtype, values.data(), model->storage.back().data(), values.size());
+        view.data = model->storage.back().data();
+        return view;
+    };
+    auto matrix = [&](int64_t rows, int64_t cols) {
+        float a = 1.0f / std::sqrt(float(cols));
+        return make({rows, cols}, -a, a);
+    };
+    int64_t d = config.n_embd, q = int64_t(config.n_heads) * config.head_dim,
+            kv = int64_t(config.n_kv_heads) * config.head_dim;
+    ModelWeights& w = model->weights;
+    w.token_embd = make({config.n_vocab, d}, -1.0f, 1.0f);
+    w.layers.resize(size_t(config.n_layers));
+    for (auto& l : w.layers) {
+        l.attn_norm = make({d}, 0.8f, 1.2f);
+        l.attn_q = matrix(q, d);
+        l.attn_k = matrix(kv, d);
+        l.attn_v = matrix(kv, d);
+        if (config.qkv_bias) {
+            l.attn_q_bias = make({q}, -0.5f, 0.5f);
+            l.attn_k_bias = make({kv}, -0.5f, 0.5f);
+            l.attn_v_bias = make({kv}, -0.5f, 0.5f);
+        }
+        l.attn_output = matrix(d, q);
+        l.ffn_norm = make({d}, 0.8f, 1.2f);
+        l.ffn_gate = matrix(config.n_ff, d);
+        l.ffn_up = matrix(config.n_ff, d);
+        l.ffn_down = matrix(d, config.n_ff);
+    }
+    w.output_norm = make({d}, 0.8f, 1.2f);
+    w.output = config.tied_embeddings ? w.token_embd : matrix(config.n_vocab, d);
+    return model;
+}
+
+}  // namespace kvlm::test

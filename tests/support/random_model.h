@@ -1,0 +1,30 @@
+// Random in-memory Llama models for tests: a ModelConfig plus ModelWeights whose views point into
+// storage owned by the RandomModel (keep it alive as long as a backend uses the weights). Writing one to a
+// .kvlm file is tiny_model.h's job.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "format/model_config.h"
+#include "format/model_weights.h"
+
+namespace kvlm::test {
+
+struct RandomModel {
+    ModelConfig config;
+    ModelWeights weights;
+    std::vector<std::vector<uint8_t>> storage;  // backing bytes of every view
+};
+
+// 2 layers, n_embd 64, 4 heads of 16, 2 KV heads, n_ff 96, vocab 100, n_ctx 1024, untied, no bias.
+ModelConfig small_random_config();
+
+// Every tensor uniform random (matrices scaled by 1/sqrt(in_features), norms near 1, embeddings in
+// [-1, 1]); matrices stored in `dtype`, 1-D tensors f32. Same seed = same model.
+std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType dtype, uint64_t seed);
+
+// Uniform floats in [lo, hi) from a portable generator (same seed = same values everywhere).
+std::vector<float> random_floats(size_t n, float lo, float hi, uint64_t seed);
+
+}  // namespace kvlm::test
