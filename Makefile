@@ -1,7 +1,8 @@
 # kvlm build. `make` = release binary ./kvlm (with CUDA when nvcc exists, CUDA=0 to skip),
 # `make test`, `make test-sanitize` (the tests under ASan+UBSan, as CI runs them), `make debug` (every test
 # under ASan+UBSan, slow), `make fuzz` / `make fuzz-smoke` (libFuzzer targets, docs/FUZZING.md),
-# `make models`, `make bench`, `make clean`, `make format`.
+# `make models`, `make bench`, `make check-layers` (the include rule of docs/ARCHITECTURE.md), `make clean`,
+# `make format`.
 CXX      ?= g++
 NVCC     ?= nvcc
 ARCH     ?= native
@@ -40,8 +41,12 @@ LIB_OBJ  := $(SRC_CPP:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 TEST_OBJ := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/kvlm_tests
 
-.PHONY: all test debug test-sanitize test-cuda-emu test-cuda-emu-smoke fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench format deps carry
+.PHONY: all check-layers test debug test-sanitize test-cuda-emu test-cuda-emu-smoke fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench format deps carry
 all: $(BIN)
+
+# The include direction rule of docs/ARCHITECTURE.md (fails naming the include that breaks it).
+check-layers:
+	python3 tools/check_layers.py
 
 $(BIN): $(BUILD)/main.o $(LIB_OBJ)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
