@@ -4,11 +4,14 @@
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-packages=(g++ make python3 python3-pip libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libedit-dev tmux
-          clang libclang-rt-14-dev)  # clang + compiler-rt: the sanitizer and libFuzzer builds
+packages=(g++ make python3 python3-pip python3-numpy libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libedit-dev tmux
+          clang libclang-rt-14-dev)  # clang + compiler-rt: the sanitizer and libFuzzer builds; numpy: fuzz seeds
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+# The fuzz seed scripts run `python3`, which may be another interpreter than Debian's (pyenv): give it numpy
+# from PyPI when the Debian package is not the one it sees.
+python3 -c 'import numpy' 2>/dev/null || python3 -m pip install --quiet numpy
