@@ -7,10 +7,11 @@
 #include "cli/cli.h"
 #include "import/convert.h"
 #include "util/error.h"
+#include "util/output.h"
 
 using namespace kvlm;
 
-static void add_sampling_flags(CLI::App* app, SamplingParams& s, bool* seed_given) {
+static void add_sampling_flags(CLI::App* app, SamplingParams& s, std::string* seed) {
     app->add_option("--temp", s.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
     app->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
     app->add_option("--top-p", s.top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
@@ -20,9 +21,7 @@ static void add_sampling_flags(CLI::App* app, SamplingParams& s, bool* seed_give
         ->capture_default_str();
     app->add_option("--repeat-last-n", s.repeat_last_n, "How many recent tokens the penalty considers")
         ->capture_default_str();
-    app->add_option_function<uint64_t>(
-        "--seed", [&s, seed_given](uint64_t v) { s.seed = v; *seed_given = true; },
-        "Random seed (default: random; same seed = same output)");
+    app->add_option("--seed", *seed, "Random seed (default or -1: random; same seed = same output)");
 }
 
 // -m and the engine flags of run, chat and bench. Bench sizes the context from its plan, so it passes
@@ -51,6 +50,12 @@ static void add_session_flags(CLI::App* app, SessionFlags& s, const char* sessio
     app->add_option("--session-quota", s.quota, quota_help);
 }
 
+static bool is_subcommand(CLI::App& app, const std::string& name) {
+    for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; }))
+        if (command->get_name() == name) return true;
+    return false;
+}
+
 int main(int argc, char** argv) {
     // Over a file size limit (ulimit -f), write() then fails with EFBIG, which the writers report and
     // recover from (a session save keeps the previous state), instead of the process dying mid-save.
@@ -69,6 +74,7 @@ int main(int argc, char** argv) {
                             "Random weights at a shape: smollm2-135m, llama-3.2-1b, llama-3-8b, or a config.json");
     convert_cmd->add_option("--seed", convert.seed, "Seed for --synthetic")->capture_default_str();
     convert_cmd->add_flag("-q,--quiet", convert.quiet, "No progress output");
+    convert_cmd->add_flag("--force", convert.force, "Replace an existing output file that is not a .kvlm model");
 
     InspectOptions inspect;
     auto* inspect_cmd = app.add_subcommand("inspect", "Show a .kvlm model's metadata, tensors and KV-cache planning");
@@ -86,7 +92,7 @@ int main(int argc, char** argv) {
     tokenize_cmd->add_flag("--no-special", tokenize.no_special, "Treat special-token text as plain text");
 
     RunOptions run;
-    bool run_seed_given = false;
+    std::string run_seed;
     auto* run_cmd = app.add_subcommand("run", "Generate text from a prompt (-p, or stdin) and print it on stdout");
     add_engine_flags(run_cmd, run.engine, /*context_flags=*/true);
     run_cmd->add_option_function<std::string>(
@@ -103,7 +109,7 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--samples", run.n_samples,
                         "Completions of the same prompt, prefilled once (sample i seeded seed+i-1)")
         ->capture_default_str();
-    add_sampling_flags(run_cmd, run.sampling, &run_seed_given);
+    add_sampling_flags(run_cmd, run.sampling, &run_seed);
     add_session_flags(run_cmd, run.session,
                       "Continue session NAME (restore its KV), then save it; with --chat the prompt is its next message",
                       "Session store size cap, LRU-evicted (default 4GiB)");
@@ -124,7 +130,7 @@ int main(int argc, char** argv) {
     bench_cmd->add_flag("!--no-scenarios", bench.scenarios, "Only the throughput tests");
 
     ChatOptions chat;
-    bool chat_seed_given = false;
+    std::string chat_seed;
     auto* chat_cmd = app.add_subcommand("chat", "Converse with a chat model (a terminal prompt, or one message per stdin line)");
     add_engine_flags(chat_cmd, chat.engine, /*context_flags=*/true);
     chat_cmd->add_option("--system", chat.system, "System prompt");
@@ -134,7 +140,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     chat_cmd->add_flag("-v,--verbose", chat.verbose, "A stats line on stderr after each answer");
     chat_cmd->add_flag("--single", chat.single, "Piped stdin is one message (default: one message per line)");
-    add_sampling_flags(chat_cmd, chat.sampling, &chat_seed_given);
+    add_sampling_flags(chat_cmd, chat.sampling, &chat_seed);
     add_session_flags(chat_cmd, chat.session, "Continue session NAME, saving it after every answer",
                       "Session store size cap (default 4GiB)");
 
@@ -159,29 +165,43 @@ int main(int argc, char** argv) {
     }
 
     try {
+        if (argc > 1 && argv[1][0] != '-' && !is_subcommand(app, argv[1]))
+            throw CLI::ParseError(fmt::format("unknown command '{}' (kvlm convert, inspect, tokenize, run, chat, "
+                                              "session or bench)",
+                                              argv[1]),
+                                  CLI::ExitCodes::ExtrasError);
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        // --help and --version end here with status 0; a bad command line reads like every other kvlm error.
+        if (e.get_exit_code() == int(CLI::ExitCodes::Success)) return app.exit(e);
+        std::fprintf(stderr, "error: %s\nRun `kvlm --help` for the commands, `kvlm COMMAND --help` for their options.\n",
+                     e.what());
+        return e.get_exit_code();
     }
 
-    try {
+    auto dispatch = [&]() -> int {
         if (*convert_cmd) return cmd_convert(convert);
         if (*inspect_cmd) return cmd_inspect(inspect);
         if (*tokenize_cmd) return cmd_tokenize(tokenize);
         if (*run_cmd) {
-            if (!run_seed_given) run.sampling.seed = std::random_device{}();
+            run.sampling.seed = seed_from_flag(run_seed);
             return cmd_run(run);
         }
         if (*chat_cmd) {
-            if (!chat_seed_given) chat.sampling.seed = std::random_device{}();
+            chat.sampling.seed = seed_from_flag(chat_seed);
             return cmd_chat(chat);
         }
         if (*session_cmd) return cmd_session(session);
         if (*bench_cmd) return cmd_bench(bench);
+        return 1;
+    };
+    try {
+        int status = dispatch();
+        finish_stdout();  // a failed write to stdout is an error, not an exit 0 with lost output
+        return status;
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
-    return 1;
 }

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <random>
 
 #include "chat/chat_session.h"
 #include "cli/chat_store.h"
@@ -21,6 +22,7 @@
 #include "engine/engine.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/output.h"
 
 namespace kvlm {
 
@@ -62,7 +64,12 @@ std::string stats_text(Engine& engine, const GenerationResult& r) {
 class ChatCli {
 public:
     ChatCli(const ChatOptions& options, Engine& engine, ChatSession& chat, ChatStore* store)
-        : options_(options), engine_(engine), chat_(chat), store_(store), interactive_(isatty(STDIN_FILENO)) {}
+        : options_(options),
+          engine_(engine),
+          chat_(chat),
+          store_(store),
+          interactive_(isatty(STDIN_FILENO)),
+          answer_seeds_(options.sampling.seed) {}
 
     int run() {
         if (!interactive_) return run_piped();
@@ -205,11 +212,14 @@ private:
     void answer(const Generate& generate_reply) {
         bool newline_last = true;
         auto write_text = [&](const std::string& text) {
-            std::fwrite(text.data(), 1, text.size(), stdout);
-            std::fflush(stdout);
+            write_stdout(text);
             newline_last = text.back() == '\n';
         };
-        Sampler sampler(options_.sampling);
+        // Every answer (a /regenerate too) draws its own seed from the chat's stream, so sampled answers
+        // differ from each other, and the same --seed replays the whole conversation.
+        SamplingParams sampling = options_.sampling;
+        sampling.seed = answer_seeds_();
+        Sampler sampler(sampling);
         g_interrupt.store(false);
         GenerationResult result;
         try {
@@ -220,8 +230,7 @@ private:
             return;
         }
         g_interrupt.store(false);
-        if (!newline_last || interactive_) std::fputc('\n', stdout);
-        std::fflush(stdout);
+        if (!newline_last || interactive_) write_stdout("\n");
         last_ = result;
         totals_.n_answers++;
         totals_.n_reused += result.n_reused;
@@ -269,12 +278,14 @@ private:
     } last_save_;
     GenerationResult last_;
     Totals totals_;
+    std::mt19937_64 answer_seeds_;  // seeds of the answers, in order
 };
 
 }  // namespace
 
 int cmd_chat(const ChatOptions& options) {
     if (options.n_predict < -1) throw_error("-n: {} is not valid (use -1 for no limit)", options.n_predict);
+    check_sampling_params(options.sampling);
     if (!options.system.empty() && !options.system_file.empty())
         throw_error("--system and --system-file cannot be combined");
     std::string system = options.system;
@@ -290,6 +301,7 @@ int cmd_chat(const ChatOptions& options) {
     engine_options.n_spare_blocks = 1;
     engine_options.quiet = !options.verbose;
     Engine engine(options.engine.model_path, engine_options);
+    if (options.verbose) std::fprintf(stderr, "kvlm: seed %llu\n", (unsigned long long)options.sampling.seed);
     ChatSession chat(engine, load_chat_template(engine, options.chat_template), system);
     warn_dropped_bytes(engine.tokenizer(), system, "the system prompt");
 

@@ -49,7 +49,10 @@ bool ChatStore::open(const std::string& name, Engine& engine, ChatSession& chat)
 
 void ChatStore::check_loadable(const std::string& name, Engine& engine) const {
     SessionStore::check_name(name);
-    if (!store_.has_session(name)) return;
+    if (!store_.has_session(name))
+        throw_error("session '{}' does not exist in {}; the current conversation goes on (/save {} forks it under "
+                    "that name)",
+                    name, store_.dir(), name);
     SessionIdentity saved;
     try {
         saved = store_.load_manifest(name).identity;

@@ -22,8 +22,9 @@ public:
     // returns true. A session saved by a plain `kvlm run --session` (no messages) is refused.
     bool open(const std::string& name, Engine& engine, ChatSession& chat);
 
-    // For /load: the pool's block size and KV type are fixed when the chat starts, so a session saved with
-    // others is refused, saying that `kvlm chat --session NAME` (which takes its settings) continues it.
+    // For /load: a session that does not exist is refused (a load never starts a new one). The pool's block
+    // size and KV type are fixed when the chat starts, so a session saved with others is refused, saying
+    // that `kvlm chat --session NAME` (which takes its settings) continues it.
     void check_loadable(const std::string& name, Engine& engine) const;
 
     // Saves `chat` as `name` ("" = the current session).

@@ -60,6 +60,10 @@ struct SessionFlags {
     std::string quota;           // store size cap ("4GiB"); "" = kDefaultSessionQuota
 };
 
+// The seed a --seed value asks for: "" (not given) or -1 draws a random one; otherwise a whole number
+// 0..18446744073709551615. Throws Error naming the flag.
+uint64_t seed_from_flag(const std::string& text);
+
 // The engine settings the flags ask for (kv_dtype and kv_mem parsed, throwing Error naming the flag);
 // the caller adds what its subcommand decides (n_spare_blocks, quiet, bench's n_ctx). With a saved
 // `session`, the cache type (--kv-dtype auto) and block size (no --block-size) are the session's.

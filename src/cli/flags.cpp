@@ -2,6 +2,10 @@
 // session-store settings in one place, so every subcommand reads them the same way.
 #include "cli/cli.h"
 
+#include <charconv>
+#include <limits>
+#include <random>
+
 #include "engine/engine.h"
 #include "session/session_store.h"
 #include "util/error.h"
@@ -47,6 +51,16 @@ EngineOptions to_engine_options(const EngineFlags& flags, const SessionFlags* se
         }
     }
     return options;
+}
+
+uint64_t seed_from_flag(const std::string& text) {
+    if (text.empty() || text == "-1") return std::random_device{}();
+    uint64_t seed = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seed);
+    if (error != std::errc() || end != text.data() + text.size())
+        throw_error("--seed: '{}' is not a seed (a whole number from 0 to {}, or -1 for a random one)", text,
+                    std::numeric_limits<uint64_t>::max());
+    return seed;
 }
 
 std::string session_store_dir(const std::string& dir) { return dir.empty() ? SessionStore::default_dir() : dir; }

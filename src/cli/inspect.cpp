@@ -9,6 +9,7 @@
 #include "compute/backend.h"
 #include "format/model_file.h"
 #include "util/error.h"
+#include "util/output.h"
 
 namespace kvlm {
 
@@ -139,7 +140,7 @@ void print_text(const ModelFile& model, const std::vector<std::pair<std::string,
         line(row);
     }
     if (verified) line(fmt::format("\nverified {} tensors", model.tensors().size()));
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    write_stdout(out);
 }
 
 void print_json(const ModelFile& model, const std::vector<std::pair<std::string, uint64_t>>& budgets, bool verify) {
@@ -188,7 +189,7 @@ void print_json(const ModelFile& model, const std::vector<std::pair<std::string,
     j["kv_cache"] = kv;
     if (verify) j["verified_tensors"] = model.tensors().size();
     std::string text = j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
-    std::fwrite(text.data(), 1, text.size(), stdout);
+    write_stdout(text);
 }
 
 }  // namespace

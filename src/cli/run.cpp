@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "generate/generate.h"
 #include "util/error.h"
+#include "util/output.h"
 
 namespace kvlm {
 
@@ -93,8 +94,7 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
     Prefill prompt = prefill(engine, prompt_seq, prompt_ids);
     bool wrote_newline_last = true;
     auto write_text = [&](const std::string& text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
+        write_stdout(text);
         wrote_newline_last = text.back() == '\n';
     };
     for (int32_t i = 0; i < options.n_samples; i++) {
@@ -119,8 +119,7 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
         }
         cache.release(seq);
     }
-    if (!wrote_newline_last && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
-    std::fflush(stdout);
+    if (!wrote_newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
 }
 
 }  // namespace
@@ -130,6 +129,7 @@ int cmd_run(const RunOptions& options) {
     if (options.n_predict < -1) throw_error("-n: {} is not valid (use -1 for no limit)", options.n_predict);
     if (options.verbose && options.quiet) throw_error("--verbose and --quiet cannot be combined");
     if (options.n_samples < 1) throw_error("--samples: {} is not valid (need at least 1)", options.n_samples);
+    check_sampling_params(options.sampling);
     std::string prompt = read_prompt(options);
 
     EngineOptions engine_options = to_engine_options(options.engine, &options.session);
@@ -145,17 +145,17 @@ int cmd_run(const RunOptions& options) {
         warn_dropped_bytes(engine.tokenizer(), prompt, "the prompt");
         warn_dropped_bytes(engine.tokenizer(), options.system, "--system");
     }
+    if (options.verbose) std::fprintf(stderr, "kvlm: seed %llu\n", (unsigned long long)options.sampling.seed);
     double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
     if (!options.session.name.empty()) {  // restore, generate, save: cli/session.cpp
         bool newline_last = true;
         auto write_text = [&](const std::string& text) {
-            std::fwrite(text.data(), 1, text.size(), stdout);
-            std::fflush(stdout);
+            write_stdout(text);
             newline_last = text.back() == '\n';
         };
         GenerationResult result = chat_session ? run_chat_session_turn(engine, options, prompt, write_text)
                                                : run_session_turn(engine, options, prompt, prompt_ids, write_text);
-        if (!newline_last && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
+        if (!newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
         if (!options.quiet) report_cut_short(engine, result, "");
         if (options.verbose) {
             print_stats(engine, result, "", setup_seconds);

@@ -9,6 +9,7 @@
 
 #include "util/byte_size.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace kvlm {
 
@@ -68,6 +69,7 @@ void parse_kv_mem(const std::string& text, EngineOptions* options) {
 Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     auto start = std::chrono::steady_clock::now();
     model_ = ModelFile::open(model_path);
+    if (model_->file_size() <= kVerifyAtLoadMaxBytes) model_->verify();
     tokenizer_ = std::make_unique<Tokenizer>(model_->metadata().tokenizer);
     const ModelConfig& config = model_->config();
 
@@ -82,8 +84,21 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     const bool cuda = choose_cuda(options, &device_why);
     kv_dtype_ = options.kv_dtype_auto ? auto_kv_dtype(*model_, cuda, &kv_why) : options.kv_dtype;
 
+    if (options.n_threads < 0)
+        throw_error("-t: {} is not a thread count (use 1 or more, or 0 for every available core)", options.n_threads);
+    // More threads than cores only slows the CPU backend down (spinning workers wait on each other), and
+    // thousands of them exhaust the machine's process table: use the cores there are, and say so.
+    const int32_t n_cores = available_cores();
+    std::string threads_note;
+    int32_t n_threads = options.n_threads;
+    if (n_threads > n_cores) {
+        threads_note = fmt::format("-t {} is more than the {} cores available to kvlm: using {}", n_threads, n_cores,
+                                   n_cores);
+        n_threads = n_cores;
+    }
+
     BackendOptions backend_options;
-    backend_options.n_threads = options.n_threads;
+    backend_options.n_threads = n_threads;
     backend_options.block_size = options.block_size;
     backend_options.kv_dtype = kv_dtype_;
     // A debugging switch (like llama.cpp's GGML_CUDA_DISABLE_GRAPHS): the same kernels, launched one by one.
@@ -111,6 +126,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
         *pool_, *backend_, kv_namespace_hash(model_->fingerprint(), kv_dtype_, options.block_size));
     load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!options.quiet) {
+        if (!threads_note.empty()) std::fprintf(stderr, "kvlm: warning: %s\n", threads_note.c_str());
         std::fprintf(stderr, "kvlm: device %s (%s)\n", device_name_.c_str(), device_why.c_str());
         if (!kv_why.empty()) std::fprintf(stderr, "kvlm: KV cache %s (%s)\n", dtype_name(kv_dtype_), kv_why.c_str());
         if (!options.block_size_why.empty())

@@ -114,7 +114,14 @@ std::unique_ptr<ModelFile> ModelFile::open(const std::string& path) {
         throw_error("{}: metadata section checksum mismatch (file corrupted; re-convert the model)", path);
     if (XXH3_64bits(data + h.directory_offset, size_t(h.directory_size)) != h.directory_checksum)
         throw_error("{}: tensor directory checksum mismatch (file corrupted; re-convert the model)", path);
-    m.fingerprint = fingerprint_hex(h.fingerprint_high, h.fingerprint_low);
+    // Sessions and the prefix cache know the model by its fingerprint: recompute it rather than trust the
+    // 16 header bytes that hold it, which no checksum covers.
+    uint64_t high = 0, low = 0;
+    m.fingerprint = compute_fingerprint(m.metadata, m.tensors, &high, &low);
+    if (high != h.fingerprint_high || low != h.fingerprint_low)
+        throw_error("{}: the header's fingerprint {} does not match the file's contents ({}): the header is "
+                    "corrupted; re-convert the model",
+                    path, fingerprint_hex(h.fingerprint_high, h.fingerprint_low), m.fingerprint);
     return model;
 }
 

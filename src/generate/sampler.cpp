@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "util/error.h"
+
 namespace kvlm {
 
 namespace {
@@ -40,9 +42,29 @@ int32_t argmax(const float* logits, int32_t n_vocab) {
 
 }  // namespace
 
+void check_sampling_params(const SamplingParams& p) {
+    if (!std::isfinite(p.temperature) || p.temperature < 0)
+        throw_error("--temp: {} is out of range (a finite number >= 0; 0 = greedy)", p.temperature);
+    if (p.top_k < 0) throw_error("--top-k: {} is out of range (0 = off, or 1 or more)", p.top_k);
+    if (!(p.top_p > 0 && p.top_p <= 1)) throw_error("--top-p: {} is out of range (above 0, at most 1; 1 = off)", p.top_p);
+    if (!(p.min_p >= 0 && p.min_p <= 1)) throw_error("--min-p: {} is out of range (0 to 1; 0 = off)", p.min_p);
+    if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty <= 0)
+        throw_error("--repeat-penalty: {} is out of range (a finite number above 0; 1 = off)", p.repeat_penalty);
+    if (p.repeat_last_n < -1)
+        throw_error("--repeat-last-n: {} is out of range (0 = off, -1 = every token so far, or 1 or more)",
+                    p.repeat_last_n);
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
+    // NaN or infinite logits come from damaged weights or an overflow: no token drawn from them means
+    // anything, so generation stops instead of printing garbage.
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (!std::isfinite(logits[i]))
+            throw_error("the model computed {} logit (token {}) after {} tokens: its weights may be damaged "
+                        "(check with `kvlm inspect --verify`) or the computation overflowed",
+                        std::isnan(logits[i]) ? "a NaN" : "an infinite", i, history.size());
     apply_repeat_penalty(logits, n_vocab, history, params_.repeat_penalty, params_.repeat_last_n);
     const int32_t best = argmax(logits, n_vocab);
     if (params_.temperature <= 0.0f || n_vocab == 1) return best;

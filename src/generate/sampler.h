@@ -17,10 +17,15 @@ struct SamplingParams {
     uint64_t seed = 0;            // fixed default so runs repeat; CLI may pass a random one
 };
 
+// Throws Error naming the flag (--temp, --top-k, ...) and its valid range when a value is out of it (NaN
+// and infinities included): a bad value must not silently mean "off" or sample garbage.
+void check_sampling_params(const SamplingParams& params);
+
 class Sampler {
 public:
     explicit Sampler(const SamplingParams& params);
-    // logits: [n_vocab], modified in place. history: tokens so far (prompt + generated).
+    // logits: [n_vocab], modified in place. history: tokens so far (prompt + generated). Throws Error if a
+    // logit is NaN or infinite.
     int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history);
 
 private:

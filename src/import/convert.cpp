@@ -3,6 +3,7 @@
 // one output tensor plus one f32 chunk). A model the output disk or memory cannot hold is refused up front.
 #include "import/convert.h"
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -24,11 +25,28 @@ namespace {
 
 constexpr int64_t kChunkElements = int64_t(1) << 22;  // f32 scratch: 16 MiB
 
-bool starts_with_gguf_magic(const std::string& path) {
+bool starts_with_magic(const std::string& path, const char (&expected)[5]) {
     std::ifstream in(path, std::ios::binary);
     char magic[4] = {};
     in.read(magic, 4);
-    return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+    return in.gcount() == 4 && std::memcmp(magic, expected, 4) == 0;
+}
+
+// The output must not be one of the inputs (the same path, or the same file through a link or another
+// name): `kvlm convert g.gguf -o g.gguf` once replaced its source. An existing file that is not a .kvlm
+// model is replaced only with --force; an older .kvlm is replaced as before.
+void check_output_path(const ConvertOptions& o) {
+    struct stat out {};
+    if (::stat(o.output.c_str(), &out) != 0) return;  // nothing there yet
+    for (const std::string* input : {&o.source, &o.tokenizer}) {
+        struct stat in {};
+        if (!input->empty() && ::stat(input->c_str(), &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
+            throw_error("convert: -o {} is the input {}: writing it would destroy the source; choose another output",
+                        o.output, *input);
+    }
+    if (S_ISDIR(out.st_mode)) throw_error("convert: -o {} is a directory; give the path of the .kvlm file", o.output);
+    if (!o.force && !(S_ISREG(out.st_mode) && starts_with_magic(o.output, "KVLM")))
+        throw_error("convert: -o {} exists and is not a .kvlm model; pass --force to replace it", o.output);
 }
 
 ConvertSource open_source(const ConvertOptions& o) {
@@ -48,7 +66,7 @@ ConvertSource open_source(const ConvertOptions& o) {
         throw_error("{}: pass the Hugging Face model directory that contains this file, not the file itself",
                     o.source);
     if (ext == ".kvlm") throw_error("{}: is already a .kvlm model", o.source);
-    if (ext == ".gguf" || starts_with_gguf_magic(o.source)) return open_gguf_source(o.source, o.tokenizer);
+    if (ext == ".gguf" || starts_with_magic(o.source, "GGUF")) return open_gguf_source(o.source, o.tokenizer);
     return open_llama2c_source(o.source, o.tokenizer);
 }
 
@@ -100,6 +118,7 @@ void fit_tokenizer_to_vocab(TokenizerData* tok, int32_t n_vocab, const std::stri
 ConvertSummary convert_model(const ConvertOptions& o, bool show_progress) {
     auto t0 = std::chrono::steady_clock::now();
     if (o.output.empty()) throw_error("convert: -o OUT.kvlm is required");
+    check_output_path(o);
     DType dtype = DType::f32;
     if (!o.dtype.empty() && !dtype_from_name(o.dtype, &dtype))
         throw_error("--dtype {}: unknown type (expected f32, f16 or bf16)", o.dtype);

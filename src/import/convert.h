@@ -20,6 +20,7 @@ struct ConvertOptions {
     std::string synthetic;       // shape name or config.json path: write random weights instead
     uint64_t seed = 1234;        // for --synthetic
     bool quiet = false;          // no progress bar
+    bool force = false;          // replace an existing output that is not a .kvlm model
 };
 
 struct ConvertSource {

@@ -14,7 +14,8 @@
 namespace kvlm {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; it is refused below.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw_error("{}: cannot open: {}", path, std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
@@ -22,9 +23,15 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
         ::close(fd);
         throw_error("{}: cannot stat: {}", path, std::strerror(e));
     }
-    if (S_ISDIR(st.st_mode)) {
+    if (!S_ISREG(st.st_mode)) {
         ::close(fd);
-        throw_error("{}: is a directory, expected a file", path);
+        const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                           : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                           : S_ISCHR(st.st_mode)  ? "a character device"
+                           : S_ISBLK(st.st_mode)  ? "a block device"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                                                  : "not a regular file";
+        throw_error("{}: is {}, expected a regular file", path, kind);
     }
     size_ = size_t(st.st_size);
     if (size_ > 0) {

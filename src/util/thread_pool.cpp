@@ -2,7 +2,12 @@
 // small jobs per token), then sleep on a condition variable.
 #include "util/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <system_error>
+
+#include "util/error.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -26,14 +31,32 @@ void split_range(int64_t n, int32_t n_chunks, int32_t index, int64_t grain, int6
     *end = std::min(n, (first + count) * grain);
 }
 
-ThreadPool::ThreadPool(int32_t n_threads) {
-    if (n_threads <= 0) n_threads = int32_t(std::max(1u, std::thread::hardware_concurrency()));
-    n_threads_ = n_threads;
-    workers_.reserve(size_t(n_threads - 1));
-    for (int32_t i = 1; i < n_threads; i++) workers_.emplace_back([this, i] { worker_loop(i); });
+int32_t available_cores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return int32_t(CPU_COUNT(&set));
+    return int32_t(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::ThreadPool(int32_t n_threads) {
+    if (n_threads <= 0) n_threads = available_cores();
+    n_threads_ = n_threads;
+    workers_.reserve(size_t(n_threads - 1));
+    for (int32_t i = 1; i < n_threads; i++) {
+        try {
+            workers_.emplace_back([this, i] { worker_loop(i); });
+        } catch (const std::system_error& e) {
+            // The destructor does not run for a constructor that throws: stop the started workers here.
+            stop_workers();
+            throw_error("cannot start CPU thread {} of {}: {} (use fewer threads with -t, or free memory)", i + 1,
+                        n_threads, e.code().message());
+        }
+    }
+}
+
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;

@@ -35,7 +35,9 @@ private:
 
 class ThreadPool {
 public:
-    explicit ThreadPool(int32_t n_threads);  // total threads including the caller; 0 = hardware threads
+    // n_threads: total threads including the caller; 0 = available_cores(). Throws Error when the system
+    // cannot start one of them (the ones started are stopped again first).
+    explicit ThreadPool(int32_t n_threads);
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
@@ -49,6 +51,7 @@ public:
 
 private:
     void worker_loop(int32_t index);
+    void stop_workers();  // wakes every worker to exit and joins it
 
     int32_t n_threads_;
     std::vector<std::thread> workers_;
@@ -61,6 +64,9 @@ private:
     const FunctionRef<void(int32_t)>* job_ = nullptr;
     std::exception_ptr error_;
 };
+
+// CPUs this process may run on (its affinity mask, e.g. under taskset or a container's cpuset), at least 1.
+int32_t available_cores();
 
 // [begin, end) of chunk `index` when [0, n) is split into n_chunks near-equal parts aligned to grain.
 void split_range(int64_t n, int32_t n_chunks, int32_t index, int64_t grain, int64_t* begin, int64_t* end);

@@ -681,3 +681,36 @@ TEST_CASE("chat: a synthetic Llama 3 model uses the Llama 3 template") {
     CHECK(std::equal(turn2.begin(), turn2.end(), transcript.begin() + stats[1].n_prompt - turn2.size()));
     CHECK(stats[1].n_prefilled <= int(turn2.size()) + 1);
 }
+
+TEST_CASE("chat: /load of a session that does not exist is refused and the conversation goes on") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir;
+    std::vector<std::string> args = {"--chat-template", "chatml", "-n", "8", "-c", "512", "--session", "a",
+                                     "--session-dir", dir.path()};
+    CliResult r = chat(stories(), "Once upon a time\n/load nothere\nThen\n", args);
+    CHECK(r.exit_code != 0);  // the refused command counts as an error of the piped run
+    CHECK_MESSAGE(r.err.find("session 'nothere' does not exist") != std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("/save nothere forks it") != std::string::npos, r.err);
+    CHECK(!std::filesystem::exists(dir.file("sessions/nothere.manifest")));
+    CHECK(!std::filesystem::exists(dir.file("chats/nothere.chat")));
+    // Both messages went to session 'a', which holds the two exchanges.
+    CliResult show = run_kvlm({"session", "show", "a", "--session-dir", dir.path()});
+    REQUIRE(show.exit_code == 0);
+    CHECK_MESSAGE(show.out.find("4 messages") != std::string::npos, show.out);
+}
+
+TEST_CASE("chat: each sampled answer draws its own seed, and the same --seed replays the conversation") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    std::vector<std::string> args = {"chat", "-m", stories(), "--chat-template", "chatml", "-n", "24", "--temp", "1",
+                                     "--seed", "7"};
+    const std::string input = "Once upon a time\n/regenerate\n/regenerate\n";
+    CliResult first = run_kvlm(args, input);
+    REQUIRE(first.exit_code == 0);
+    // Before, every answer was sampled with the flag's seed: three identical regenerations, out == X + X + X.
+    const std::string& out = first.out;
+    const size_t third = out.size() / 3;
+    bool three_copies = out.size() % 3 == 0 && out.substr(0, third) == out.substr(third, third) &&
+                        out.substr(0, third) == out.substr(2 * third);
+    CHECK_MESSAGE(!three_copies, out);
+    CHECK(run_kvlm(args, input).out == out);
+}

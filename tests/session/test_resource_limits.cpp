@@ -181,8 +181,9 @@ TEST_CASE("resource limits: convert onto a full disk leaves no partial file and 
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     TempDir dir;
     const std::string source = data_path("stories260K/stories260K.gguf");
+    // --force: the existing output is not a .kvlm model, which convert otherwise refuses to replace.
     auto convert_limited = [&](const std::string& out) {
-        return run_shell("ulimit -f 64; exec " + kvlm_command({"convert", source, "-o", out}));
+        return run_shell("ulimit -f 64; exec " + kvlm_command({"convert", source, "-o", out, "--force"}));
     };
     CliResult fresh = convert_limited(dir.file("fresh.kvlm"));
     check_error(fresh, {dir.file("fresh.kvlm"), "write failed", "File too large (EFBIG"});
