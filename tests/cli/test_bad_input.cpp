@@ -64,7 +64,9 @@ TEST_CASE("bad input: sampling values out of range are refused with the valid ra
         {{"--seed", "18446744073709551616"}, "--seed: '18446744073709551616' is not a seed"},
         {{"--seed", "-2"}, "--seed: '-2' is not a seed"},
     };
-    for (const auto& [flags, message] : cases) {
+    for (const auto& one : cases) {
+        const std::vector<std::string>& flags = one.first;  // no structured binding: CAPTURE is a lambda
+        const std::string& message = one.second;
         CAPTURE(flags[0] + " " + flags[1]);
         std::vector<std::string> args = {"-p", "Once", "-n", "3"};
         args.insert(args.end(), flags.begin(), flags.end());
