@@ -33,10 +33,17 @@ void apply_repeat_penalty(float* logits, int32_t n_vocab, const std::vector<int3
     }
 }
 
-int32_t argmax(const float* logits, int32_t n_vocab) {
+// Index of the largest logit. The same scan refuses NaN or infinite logits: they come from damaged weights
+// or an overflow, no token drawn from them means anything, so generation stops instead of printing garbage.
+int32_t checked_argmax(const float* logits, int32_t n_vocab, size_t n_history) {
     int32_t best = 0;
-    for (int32_t i = 1; i < n_vocab; i++)
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (!std::isfinite(logits[i]))
+            throw_error("the model computed {} logit (token {}) after {} tokens: its weights may be damaged "
+                        "(check with `kvlm inspect --verify`) or the computation overflowed",
+                        std::isnan(logits[i]) ? "a NaN" : "an infinite", i, n_history);
         if (logits[i] > logits[best]) best = i;
+    }
     return best;
 }
 
@@ -58,15 +65,9 @@ void check_sampling_params(const SamplingParams& p) {
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
-    // NaN or infinite logits come from damaged weights or an overflow: no token drawn from them means
-    // anything, so generation stops instead of printing garbage.
-    for (int32_t i = 0; i < n_vocab; i++)
-        if (!std::isfinite(logits[i]))
-            throw_error("the model computed {} logit (token {}) after {} tokens: its weights may be damaged "
-                        "(check with `kvlm inspect --verify`) or the computation overflowed",
-                        std::isnan(logits[i]) ? "a NaN" : "an infinite", i, history.size());
+    // The finiteness check runs after the penalty, so a logit the penalty pushed past float range is caught too.
     apply_repeat_penalty(logits, n_vocab, history, params_.repeat_penalty, params_.repeat_last_n);
-    const int32_t best = argmax(logits, n_vocab);
+    const int32_t best = checked_argmax(logits, n_vocab, history.size());
     if (params_.temperature <= 0.0f || n_vocab == 1) return best;
 
     const float inv_temp = 1.0f / params_.temperature, max_logit = logits[best];

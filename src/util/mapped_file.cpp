@@ -30,7 +30,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
                            : S_ISCHR(st.st_mode)  ? "a character device"
                            : S_ISBLK(st.st_mode)  ? "a block device"
                            : S_ISSOCK(st.st_mode) ? "a socket"
-                                                  : "not a regular file";
+                                                  : "a special file";
         throw_error("{}: is {}, expected a regular file", path, kind);
     }
     size_ = size_t(st.st_size);

@@ -3,7 +3,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 
 #include "util/error.h"
 
@@ -12,7 +11,7 @@ namespace kvlm {
 namespace {
 
 [[noreturn]] void throw_output_error(int error_number) {
-    throw_error("writing output: {}", error_number ? std::strerror(error_number) : "the output stream reported an error");
+    throw_error("writing output: {}", error_number ? os_error_text(error_number) : "the output stream reported an error");
 }
 
 }  // namespace
