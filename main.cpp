@@ -11,6 +11,9 @@
 
 using namespace kvlm;
 
+static const char* const kSessionDirHelp =
+    "Session store (default: $KVLM_SESSION_DIR, else $XDG_CACHE_HOME/kvlm, else ~/.cache/kvlm)";
+
 static void add_sampling_flags(CLI::App* app, SamplingParams& s, std::string* seed) {
     app->add_option("--temp", s.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
     app->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
@@ -45,8 +48,12 @@ static void add_engine_flags(CLI::App* app, EngineFlags& e, bool context_flags) 
 
 // --session and its store. The help texts differ: run saves once at the end, chat after every answer.
 static void add_session_flags(CLI::App* app, SessionFlags& s, const char* session_help, const char* quota_help) {
-    app->add_option("--session", s.name, session_help);
-    app->add_option("--session-dir", s.dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
+    // An empty name would otherwise mean "no session": a run the user meant to save would not be.
+    app->add_option("--session", s.name, session_help)->check([](const std::string& name) {
+        return name.empty() ? std::string("the session name is empty (leave --session out to run without one)")
+                            : std::string();
+    });
+    app->add_option("--session-dir", s.dir, kSessionDirHelp);
     app->add_option("--session-quota", s.quota, quota_help);
 }
 
@@ -86,7 +93,9 @@ int main(int argc, char** argv) {
     TokenizeOptions tokenize;
     auto* tokenize_cmd = app.add_subcommand("tokenize", "Print the token ids of a text");
     tokenize_cmd->add_option("model", tokenize.model_path, "Model file (.kvlm)")->required();
-    tokenize_cmd->add_option("text", tokenize.text, "Text to tokenize")->required();
+    tokenize_cmd->add_option_function<std::string>(
+        "text", [&tokenize](const std::string& t) { tokenize.text = t; tokenize.text_given = true; },
+        "Text to tokenize (default: read from stdin)");
     tokenize_cmd->add_flag("--pieces", tokenize.pieces, "Print id and piece per line");
     tokenize_cmd->add_flag("--no-bos", tokenize.no_bos, "Do not add BOS even if the model asks for it");
     tokenize_cmd->add_flag("--no-special", tokenize.no_special, "Treat special-token text as plain text");
@@ -127,7 +136,8 @@ int main(int argc, char** argv) {
     bench_cmd->add_option("-o,--output", bench.output, "md or json, on stdout")->capture_default_str();
     bench_cmd->add_option("--scenario-tokens", bench.scenario_tokens,
                           "History length of the prefix-cache and session scenarios (default: the first -p)");
-    bench_cmd->add_flag("!--no-scenarios", bench.scenarios, "Only the throughput tests");
+    bench_cmd->add_flag_callback("--no-scenarios", [&bench] { bench.scenarios = false; },
+                                 "Only the throughput tests (no prefix-cache and session scenarios)");
 
     ChatOptions chat;
     std::string chat_seed;
@@ -147,7 +157,7 @@ int main(int argc, char** argv) {
     SessionOptions session;
     auto* session_cmd = app.add_subcommand("session", "Manage saved sessions: ls, show, rm, verify, gc, pin, unpin");
     session_cmd->require_subcommand(1);
-    session_cmd->add_option("--session-dir", session.dir, "Session store (default: $KVLM_SESSION_DIR or ~/.cache/kvlm)");
+    session_cmd->add_option("--session-dir", session.dir, kSessionDirHelp);
     for (auto [action, help] : {std::pair<const char*, const char*>{"ls", "List sessions"},
                                 {"show", "Show a session's settings and transcript"},
                                 {"rm", "Delete a session and its unshared blocks"},
@@ -158,7 +168,7 @@ int main(int argc, char** argv) {
         std::string name = action;
         auto* cmd = session_cmd->add_subcommand(name, help);
         cmd->callback([&session, name] { session.action = name; });
-        cmd->add_option("--session-dir", session.dir, "Session store");
+        cmd->add_option("--session-dir", session.dir, kSessionDirHelp);
         if (name != "ls" && name != "gc") cmd->add_option("name", session.name, "Session name");
         if (name == "show") cmd->add_option("-m,--model", session.model_path, "Model, to decode the text");
         if (name == "gc") cmd->add_option("--quota", session.quota, "Evict LRU blocks until the store fits");

@@ -32,6 +32,12 @@ std::string trim(const std::string& s) {
     return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
+// A LoadedChatTemplate::name in a sentence: "the model's chat template" as it is, "builtin 'chatml'" as
+// "the chat template builtin 'chatml'".
+std::string template_phrase(const std::string& name) {
+    return name.rfind("the ", 0) == 0 ? name : "the chat template " + name;
+}
+
 }  // namespace
 
 LoadedChatTemplate load_chat_template(const Engine& engine, const std::string& override_name) {
@@ -220,9 +226,9 @@ void ChatSession::adopt(Sequence& seq, std::vector<int32_t> transcript, const st
     LoadedChatTemplate chat_template = template_;
     if (decoded.version >= 2 && decoded.template_source != template_.source) {
         if (template_.chosen)
-            throw_error("{}: the conversation was saved with the chat template {}, and --chat-template gives {}; "
-                        "drop --chat-template to continue it with its own",
-                        source, decoded.template_name, template_.name);
+            throw_error("{}: the conversation was saved with {}, and --chat-template gives {}; drop "
+                        "--chat-template to continue it with its own",
+                        source, template_phrase(decoded.template_name), template_.name);
         try {
             chat_template = {ChatTemplate::parse(decoded.template_source), decoded.template_name,
                              decoded.template_source, false};

@@ -25,7 +25,7 @@ uint64_t chat_transcript_hash(const std::vector<int32_t>& tokens) {
 }
 
 std::vector<uint8_t> encode_chat_state(const ChatState& state) {
-    KVLM_ASSERT(state.version == 1 || state.version == kChatStateVersion, "unknown chat state version");
+    KVLM_ASSERT(state.version >= 1 && state.version <= kChatStateVersion, "unknown chat state version");
     BufferWriter w;
     w.write_bytes(kMagic, 4);
     w.write_u32(state.version);
@@ -48,6 +48,7 @@ std::vector<uint8_t> encode_chat_state(const ChatState& state) {
         w.write_u32(uint32_t(t.n_transcript));
         w.write_string(t.pending_text);
     }
+    if (state.version >= 3) w.write_u64(XXH3_64bits(w.buffer().data(), w.buffer().size()));
     return w.buffer();
 }
 
@@ -57,8 +58,17 @@ ChatState decode_chat_state(const uint8_t* data, size_t size, const std::string&
     const uint8_t* magic = r.read_bytes(4, "magic");
     if (std::memcmp(magic, kMagic, 4) != 0) r.fail("not a kvlm chat state file (magic is not KVCH)");
     s.version = r.read_u32("version");
-    if (s.version != 1 && s.version != kChatStateVersion)
-        r.fail(fmt::format("chat state version {}, this kvlm reads versions 1 and {}", s.version, kChatStateVersion));
+    if (s.version < 1 || s.version > kChatStateVersion)
+        r.fail(fmt::format("chat state version {}, this kvlm reads versions 1 to {}", s.version, kChatStateVersion));
+    if (s.version >= 3) {
+        // The checksum first: no field of a changed file is believed.
+        if (size < 16) r.fail("truncated (no room for the checksum)");
+        uint64_t stored = Reader(data + size - 8, 8, source, size - 8).read_u64("checksum");
+        if (XXH3_64bits(data, size - 8) != stored)
+            throw_error("{}: checksum mismatch (the file is damaged or was edited)", source);
+        r = Reader(data, size - 8, source);
+        r.read_bytes(8, "magic and version");
+    }
     s.transcript_hash = r.read_u64("transcript hash");
     s.n_transcript_tokens = r.read_u32("transcript length");
     if (s.version >= 2) {

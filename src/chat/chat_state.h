@@ -4,11 +4,12 @@
 // encode(decode(b)) == b for every b that decodes.
 //
 // Layout, little-endian; a string is a u32 length and its bytes:
-//   "KVCH", u32 version (1 or 2), u64 transcript hash (chat_transcript_hash), u32 transcript length,
-//   version 2 only: string template name, string template source,
+//   "KVCH", u32 version (1, 2 or 3), u64 transcript hash (chat_transcript_hash), u32 transcript length,
+//   version 2 and later: string template name, string template source,
 //   string system prompt, string pending text,
 //   u32 message count, per message: string role, string content,
-//   u32 turn count, per turn: u32 message count, u32 transcript length, string pending text.
+//   u32 turn count, per turn: u32 message count, u32 transcript length, string pending text,
+//   version 3 and later: u64 XXH3-64 of every byte before it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +21,8 @@
 namespace kvlm {
 
 // Version 2 added the template (name and source); version 1 states continue with the current template.
-constexpr uint32_t kChatStateVersion = 2;
+// Version 3 added the checksum (a changed byte in a message or the template is refused, not used).
+constexpr uint32_t kChatStateVersion = 3;
 
 struct ChatTurn {             // undo point: the conversation before a user message
     size_t n_messages = 0;    // messages before it (the user message is messages[n_messages])
@@ -45,7 +47,7 @@ uint64_t chat_transcript_hash(const std::vector<int32_t>& tokens);
 
 std::vector<uint8_t> encode_chat_state(const ChatState& state);
 
-// Throws Error naming `source` and the offset for anything malformed: magic, version, truncation, counts
+// Throws Error naming `source` and the offset for anything malformed: magic, version, checksum, truncation, counts
 // past the end, trailing bytes, and undo points outside the conversation (a message index past the
 // messages, a transcript length past n_transcript_tokens) or out of order. It cannot check the transcript
 // itself: the caller compares transcript_hash and n_transcript_tokens with it.

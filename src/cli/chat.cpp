@@ -241,10 +241,10 @@ private:
         totals_.decode_seconds += result.decode_seconds;
         if (result.stop_reason == "interrupted") info("(stopped)");
         if (result.stop_reason == "context full" || result.stop_reason == "KV cache full")
-            info(fmt::format("kvlm: the {} ({} tokens in use of {}): the answer was cut off; /undo drops the last "
-                             "exchange, /reset starts a new conversation",
+            info(fmt::format("kvlm: the {} ({} tokens): the answer was cut off; /undo drops the last exchange, /reset "
+                             "starts a new conversation",
                              result.stop_reason == "context full" ? "context is full" : "KV cache is full",
-                             chat_.transcript().size(), engine_.n_ctx()));
+                             result.stop_reason == "context full" ? int64_t(engine_.n_ctx()) : engine_.n_pool_tokens()));
         if (options_.verbose) std::fprintf(stderr, "kvlm: %s\n", stats_text(engine_, result).c_str());
         if (store_ && !store_->name().empty()) save_quietly();
     }
@@ -300,9 +300,12 @@ int cmd_chat(const ChatOptions& options) {
     // Room to copy-on-write a shared last block after /undo or /load.
     engine_options.n_spare_blocks = 1;
     engine_options.quiet = !options.verbose;
+    engine_options.verbose = options.verbose;
     Engine engine(options.engine.model_path, engine_options);
     if (options.verbose) std::fprintf(stderr, "kvlm: seed %llu\n", (unsigned long long)options.sampling.seed);
-    ChatSession chat(engine, load_chat_template(engine, options.chat_template), system);
+    ChatSession chat(engine, chat_template_for_session(engine, options.chat_template, options.session), system);
+    if (engine.n_ctx() >= engine.model().config().n_ctx)  // no larger -c to suggest
+        chat.set_context_full_advice("/undo drops the last exchange, /reset starts a new conversation");
     warn_dropped_bytes(engine.tokenizer(), system, "the system prompt");
 
     ChatStore store(options.session);

@@ -32,6 +32,7 @@ bool ChatStore::open(const std::string& name, Engine& engine, ChatSession& chat)
                             "has no messages ({} is missing); continue it with `kvlm run --session {}`, or use "
                             "another name",
                             name, state_path(name), name);
+            check_chat_state(name, path, state, restored.transcript);
             chat.adopt(seq, restored.transcript, state, path);
         }
     } catch (...) {
@@ -93,7 +94,8 @@ void ChatStore::save(Engine& engine, const ChatSession& chat, const std::string&
         write_file_atomic(next, state.data(), state.size(), next);
     } catch (const Error& e) {
         throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact and this "
-                    "turn was not saved (free some disk space or choose another --session-dir)",
+                    "turn was not saved (free some disk space - `kvlm session gc --quota SIZE` shrinks the store, "
+                    "`kvlm session rm NAME` drops a session - or choose another --session-dir)",
                     target, store_.dir(), e.what());
     }
     try {
@@ -108,6 +110,42 @@ void ChatStore::save(Engine& engine, const ChatSession& chat, const std::string&
     if (&restored == &restored_) {
         restored_.existed = true;
         restored_.bad_blocks.clear();
+    }
+}
+
+LoadedChatTemplate chat_template_for_session(const Engine& engine, const std::string& flag, const SessionFlags& session) {
+    if (!flag.empty() || !engine.model().metadata().chat_template.empty() || session.name.empty())
+        return load_chat_template(engine, flag);
+    SessionStore store(session_store_dir(session.dir));
+    SessionStore::check_name(session.name);
+    if (!store.has_session(session.name) || !store.has_chat_messages(session.name)) return load_chat_template(engine, flag);
+    // Read without the session lock: open() reads (and checks) the state again under it.
+    SessionManifest manifest = store.load_manifest(session.name);
+    std::string path;
+    std::vector<uint8_t> bytes;
+    if (!read_chat_state_file(store, session.name, manifest.tokens, &path, &bytes)) return load_chat_template(engine, flag);
+    check_chat_state(session.name, path, bytes, manifest.tokens);
+    ChatState state = decode_chat_state(bytes.data(), bytes.size(), path);
+    if (state.template_source.empty()) return load_chat_template(engine, flag);  // saved by an older kvlm
+    try {
+        return {ChatTemplate::parse(state.template_source), state.template_name, state.template_source, false};
+    } catch (const Error& e) {
+        throw_error("{}: its chat template ({}) does not parse: {}", path, state.template_name, e.what());
+    }
+}
+
+void check_chat_state(const std::string& name, const std::string& path, const std::vector<uint8_t>& bytes,
+                      const std::vector<int32_t>& transcript) {
+    try {
+        ChatState state = decode_chat_state(bytes.data(), bytes.size(), path);
+        if (state.transcript_hash != chat_transcript_hash(transcript) || state.n_transcript_tokens != transcript.size())
+            throw_error("{}: belongs to another transcript ({} tokens) than the session's ({} tokens)", path,
+                        state.n_transcript_tokens, transcript.size());
+    } catch (const Error& e) {
+        // Nothing in the file can be trusted, so no flag continues the conversation; removing it always works.
+        throw_error("session '{}' cannot be continued: its messages are damaged ({}); `kvlm session show {}` prints "
+                    "its transcript, and `kvlm session rm {}` deletes it so that the name starts a new conversation",
+                    name, e.what(), name, name);
     }
 }
 

@@ -47,6 +47,16 @@ private:
 bool read_chat_state_file(const SessionStore& store, const std::string& name, const std::vector<int32_t>& transcript,
                           std::string* path, std::vector<uint8_t>* bytes);
 
+// The chat template a chat command starts with: --chat-template (`flag`), else the model's; on a model
+// without one, a continued chat session (`session_name`) brings the template it was saved with, so it
+// continues without the flag. Throws Error as load_chat_template does when there is none of these.
+LoadedChatTemplate chat_template_for_session(const Engine& engine, const std::string& flag, const SessionFlags& session);
+
+// Throws Error if `bytes` (the chat state file at `path` of session `name`) is damaged or belongs to
+// another transcript, naming the commands that get out of it (`kvlm session show` / `rm`).
+void check_chat_state(const std::string& name, const std::string& path, const std::vector<uint8_t>& bytes,
+                      const std::vector<int32_t>& transcript);
+
 // A continued chat keeps the system prompt it has; `requested` (--system, "" = none given) that differs is
 // an Error, not silently ignored.
 void check_continued_system_prompt(const ChatSession& chat, const std::string& requested, const std::string& name);

@@ -13,6 +13,8 @@
 namespace kvlm {
 
 class Engine;
+
+class Engine;
 class Tokenizer;
 struct EngineOptions;
 struct GenerationResult;
@@ -35,6 +37,7 @@ int cmd_convert(const ConvertOptions& options);
 struct TokenizeOptions {
     std::string model_path;
     std::string text;
+    bool text_given = false;     // TEXT given (possibly ""); otherwise read stdin
     bool pieces = false;         // print "id\tpiece" per line instead of the id list
     bool no_bos = false;
     bool no_special = false;     // treat special-token text as plain text
@@ -68,6 +71,14 @@ uint64_t seed_from_flag(const std::string& text);
 // the caller adds what its subcommand decides (n_spare_blocks, quiet, bench's n_ctx). With a saved
 // `session`, the cache type (--kv-dtype auto) and block size (no --block-size) are the session's.
 EngineOptions to_engine_options(const EngineFlags& flags, const SessionFlags* session = nullptr);
+// How a full context can grow, for messages: "raise it with -c, up to the model's 2048", or, when it is
+// already the model's whole context, "the model's whole context" (no -c would help).
+std::string larger_context_advice(const Engine& engine);
+
+// All of stdin when it is piped, less the one newline `echo` adds; on a terminal, an Error saying
+// `no_input_message` (nothing is waited for).
+std::string read_piped_stdin(const std::string& no_input_message);
+
 // The store directory a --session-dir value names ("" = SessionStore::default_dir()).
 std::string session_store_dir(const std::string& dir);
 // A --session-quota value in bytes ("" = kDefaultSessionQuota); throws Error naming the flag on a bad size.

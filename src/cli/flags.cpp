@@ -2,7 +2,11 @@
 // session-store settings in one place, so every subcommand reads them the same way.
 #include "cli/cli.h"
 
+#include <unistd.h>
+
 #include <charconv>
+#include <iostream>
+#include <iterator>
 #include <limits>
 #include <random>
 
@@ -61,6 +65,20 @@ uint64_t seed_from_flag(const std::string& text) {
         throw_error("--seed: '{}' is not a seed (a whole number from 0 to {}, or -1 for a random one)", text,
                     std::numeric_limits<uint64_t>::max());
     return seed;
+}
+
+std::string read_piped_stdin(const std::string& no_input_message) {
+    if (isatty(STDIN_FILENO)) throw_error("{}", no_input_message);
+    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    if (text.size() >= 2 && text.compare(text.size() - 2, 2, "\r\n") == 0) text.resize(text.size() - 2);
+    else if (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+}
+
+std::string larger_context_advice(const Engine& engine) {
+    const int32_t model_ctx = engine.model().config().n_ctx;
+    return engine.n_ctx() < model_ctx ? fmt::format("raise it with -c, up to the model's {}", model_ctx)
+                                      : fmt::format("the model's whole context");
 }
 
 std::string session_store_dir(const std::string& dir) { return dir.empty() ? SessionStore::default_dir() : dir; }

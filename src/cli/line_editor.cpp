@@ -48,7 +48,11 @@ LineStatus LineEditor::read_line(const std::string& prompt, std::string* line) {
         std::fflush(stdout);
         return LineStatus::interrupted;
     }
-    if (!text) return LineStatus::end_of_input;
+    if (!text) {  // Ctrl-D: end the prompt's line, so the shell's prompt starts on its own
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+        return LineStatus::end_of_input;
+    }
     *line = text;
     std::free(text);
     return LineStatus::line;

@@ -20,13 +20,7 @@ namespace {
 
 std::string read_prompt(const RunOptions& options) {
     if (options.prompt_given) return options.prompt;
-    if (isatty(STDIN_FILENO))
-        throw_error("no prompt: pass -p TEXT or pipe the prompt on stdin (for a conversation use `kvlm chat`)");
-    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    // `echo text | kvlm run` adds one newline that is not part of the prompt.
-    if (text.size() >= 2 && text.compare(text.size() - 2, 2, "\r\n") == 0) text.resize(text.size() - 2);
-    else if (!text.empty() && text.back() == '\n') text.pop_back();
-    return text;
+    return read_piped_stdin("no prompt: pass -p TEXT or pipe the prompt on stdin (for a conversation use `kvlm chat`)");
 }
 
 std::vector<int32_t> tokenize_prompt(const Engine& engine, const RunOptions& options, const std::string& prompt) {
@@ -75,9 +69,8 @@ void report_cut_short(Engine& engine, const GenerationResult& result, const std:
     int32_t n_generated = int32_t(result.generated.size());
     if (result.stop_reason == "context full")
         std::fprintf(stderr,
-                     "kvlm: %sstopped after %d tokens: context full (%d tokens; raise it with -c, up to the model's "
-                     "%d)\n",
-                     label.c_str(), n_generated, engine.n_ctx(), engine.model().config().n_ctx);
+                     "kvlm: %sstopped after %d tokens: context full (%d tokens; %s)\n", label.c_str(), n_generated,
+                     engine.n_ctx(), larger_context_advice(engine).c_str());
     else if (result.stop_reason == "KV cache full")
         std::fprintf(stderr,
                      "kvlm: %sstopped after %d tokens: KV cache full (the pool holds %lld tokens; raise --kv-mem)\n",
@@ -136,6 +129,7 @@ int cmd_run(const RunOptions& options) {
     // A fork writing past the prompt copies the prompt's shared last block: one block beyond the context.
     engine_options.n_spare_blocks = options.n_samples > 1 ? 1 : 0;
     engine_options.quiet = options.quiet;
+    engine_options.verbose = options.verbose;
     Engine engine(options.engine.model_path, engine_options);
 
     // A chat session's turn is rendered against its saved messages (cli/session.cpp), not tokenized here.

@@ -99,7 +99,10 @@ int session_show(SessionStore& store, const SessionOptions& options) {
     SessionManifest m = store.load_manifest(options.name);
     const SessionIdentity& id = m.identity;
     std::printf("session:   %s\n", options.name.c_str());
-    std::printf("model:     %s\n", id.model_fingerprint.c_str());
+    std::printf("model:     %s\n", id.model_description.empty()
+                                        ? id.model_fingerprint.c_str()
+                                        : fmt::format("{}, fingerprint {}", id.model_description,
+                                                      id.model_fingerprint).c_str());
     std::printf("KV:        %s, %d layers x %d KV heads x head_dim %d, block size %d\n", dtype_name(id.kv_dtype),
                 id.n_layers, id.n_kv_heads, id.head_dim, id.block_size);
     std::printf("RoPE:      theta %g, scaling %s (factor %g)\n", id.rope_theta, id.rope_scaling.type.c_str(),
@@ -127,12 +130,40 @@ int session_show(SessionStore& store, const SessionOptions& options) {
     return 0;
 }
 
+// The chat messages of every chat session verify checks (the store below knows nothing of chats).
+void verify_chat_states(const SessionStore& store, const std::string& only, VerifyReport* report) {
+    for (const std::string& name : only.empty() ? store.session_names() : std::vector<std::string>{only}) {
+        if (!store.has_chat_messages(name)) continue;
+        SessionManifest manifest;
+        try {
+            manifest = store.load_manifest(name);
+        } catch (const Error&) {
+            continue;  // the block check reports an unreadable manifest
+        }
+        std::string path;
+        std::vector<uint8_t> bytes;
+        if (!read_chat_state_file(store, name, manifest.tokens, &path, &bytes)) continue;
+        try {
+            ChatState state = decode_chat_state(bytes.data(), bytes.size(), path);
+            if (state.transcript_hash != chat_transcript_hash(manifest.tokens))
+                throw_error("{}: belongs to another transcript than the manifest's", path);
+        } catch (const Error& e) {
+            report->problems.push_back(fmt::format("{}: chat messages: {} (`kvlm session rm {}` deletes the session)",
+                                                   name, e.what(), name));
+        }
+    }
+}
+
 int session_verify(SessionStore& store, const std::string& name) {
     VerifyReport report = store.verify(name);
+    verify_chat_states(store, name, &report);
     for (const std::string& p : report.problems) std::printf("%s\n", p.c_str());
+    for (const std::string& note : report.notes) std::printf("%s\n", note.c_str());
+    std::string verdict = report.problems.empty() ? "no damage" : fmt::format("{} problem(s)", report.problems.size());
+    if (!report.notes.empty()) verdict += fmt::format(", {} session(s) with evicted blocks", report.notes.size());
     std::printf("%d session(s), %d block(s) checked: %s\n", report.n_sessions, report.n_blocks_checked,
-                report.problems.empty() ? "all ok" : fmt::format("{} problem(s)", report.problems.size()).c_str());
-    return report.problems.empty() ? 0 : 1;
+                report.problems.empty() && report.notes.empty() ? "all ok" : verdict.c_str());
+    return report.problems.empty() ? 0 : 1;  // evicted blocks are not damage
 }
 
 }  // namespace
@@ -142,7 +173,7 @@ int cmd_session(const SessionOptions& options) {
     const std::string& a = options.action;
     bool needs_name = a == "show" || a == "rm" || a == "pin" || a == "unpin";
     if (needs_name && options.name.empty()) throw_error("kvlm session {}: NAME is required", a);
-    if (!options.name.empty()) SessionStore::check_name(options.name);
+    if (!options.name.empty()) SessionStore::check_name(options.name, SessionStore::NameUse::existing);
     if (a == "ls") return session_ls(store);
     if (a == "show") return session_show(store, options);
     if (a == "verify") return session_verify(store, options.name);
@@ -232,10 +263,15 @@ GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options
                                        const TextCallback& on_text) {
     if (options.n_samples != 1) throw_error("--samples with --session is not supported");
     const std::string& name = options.session.name;
-    ChatSession chat(engine, load_chat_template(engine, options.chat_template), options.system);
-    chat.set_context_full_advice(fmt::format("the session is unchanged: continue it with a larger -c (up to the "
-                                             "model's {}), or start a new conversation under another --session name",
-                                             engine.model().config().n_ctx));
+    ChatSession chat(engine, chat_template_for_session(engine, options.chat_template, options.session),
+                     options.system);
+    chat.set_context_full_advice(
+        engine.n_ctx() < engine.model().config().n_ctx
+            ? fmt::format("the session is unchanged: continue it with a larger -c (up to the model's {}), or start "
+                          "a new conversation under another --session name",
+                          engine.model().config().n_ctx)
+            : "the session is unchanged and holds the model's whole context: start a new conversation under another "
+              "--session name");
     ChatStore store(options.session);
     if (store.open(name, engine, chat)) check_continued_system_prompt(chat, options.system, name);
     Sampler sampler(options.sampling);

@@ -42,7 +42,9 @@ std::string printable_piece(const Tokenizer& tokenizer, int32_t id) {
 int cmd_tokenize(const TokenizeOptions& options) {
     const auto model = ModelFile::open(options.model_path);
     const Tokenizer tokenizer(model->metadata().tokenizer);
-    const std::vector<int32_t> ids = tokenizer.encode(options.text, !options.no_bos, !options.no_special);
+    const std::string text = options.text_given ? options.text
+                                                : read_piped_stdin("no text: pass TEXT or pipe it on stdin");
+    const std::vector<int32_t> ids = tokenizer.encode(text, !options.no_bos, !options.no_special);
     std::string out;
     if (options.pieces) {
         for (int32_t id : ids) out += fmt::format("{}\t{}\n", id, printable_piece(tokenizer, id));

@@ -127,7 +127,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!options.quiet) {
         if (!threads_note.empty()) std::fprintf(stderr, "kvlm: warning: %s\n", threads_note.c_str());
-        std::fprintf(stderr, "kvlm: device %s (%s)\n", device_name_.c_str(), device_why.c_str());
+        if (options.verbose) std::fprintf(stderr, "kvlm: device %s (%s)\n", device_name_.c_str(), device_why.c_str());
         if (!kv_why.empty()) std::fprintf(stderr, "kvlm: KV cache %s (%s)\n", dtype_name(kv_dtype_), kv_why.c_str());
         if (!options.block_size_why.empty())
             std::fprintf(stderr, "kvlm: KV block size %d (%s)\n", options.block_size, options.block_size_why.c_str());

@@ -30,6 +30,7 @@ struct EngineOptions {
     int32_t n_spare_blocks = 0;   // KV blocks beyond the context when kv_mem_bytes is 0 (copy-on-write room
                                   // for sequences forked from a shared prompt)
     bool quiet = false;           // no informational lines on stderr
+    bool verbose = false;         // also the device line: which device and why (-v)
 };
 
 // The value of --kv-dtype into options: auto sets kv_dtype_auto, f32/f16/bf16 set kv_dtype; throws Error

@@ -81,4 +81,7 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// For people, in errors that name a model: "stories260K.kvlm (llama, from GGUF stories260K.gguf)".
+std::string model_description(const ModelFile& model);
+
 }  // namespace kvlm

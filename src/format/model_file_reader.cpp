@@ -131,6 +131,13 @@ const std::vector<TensorInfo>& ModelFile::tensors() const { return impl_->tensor
 uint64_t ModelFile::file_size() const { return impl_->map->size(); }
 const std::string& ModelFile::fingerprint() const { return impl_->fingerprint; }
 
+std::string model_description(const ModelFile& model) {
+    std::string file = model.path().substr(model.path().rfind('/') + 1);
+    const ModelMetadata& m = model.metadata();
+    return m.source.empty() ? fmt::format("{} ({})", file, m.config.architecture)
+                            : fmt::format("{} ({}, from {})", file, m.config.architecture, m.source);
+}
+
 const TensorInfo* ModelFile::find(const std::string& name) const {
     auto it = impl_->index.find(name);
     return it == impl_->index.end() ? nullptr : &impl_->tensors[it->second];

@@ -38,14 +38,15 @@ BlockHash read_hash(Reader& r, const char* what) {
     return h;
 }
 
-// Checks the magic and returns the format version, which must be the one this kvlm writes.
-uint32_t read_opening(Reader& r, const Opening& opening) {
+// Checks the magic and returns the format version, which must lie in [oldest, newest].
+uint32_t read_opening(Reader& r, const Opening& opening, uint32_t oldest, uint32_t newest) {
     const uint8_t* magic = r.read_bytes(4, opening.magic_what);
     if (std::memcmp(magic, opening.magic, 4) != 0) r.fail(fmt::format("not a kvlm {} (bad magic)", opening.kind));
     uint32_t version = r.read_u32("format version");
-    if (version != kSessionFormatVersion)
-        throw_error("{}: {} {} is not supported (this kvlm reads version {})", r.source(), opening.version_what,
-                    version, kSessionFormatVersion);
+    if (version < oldest || version > newest)
+        throw_error("{}: {} {} is not supported (this kvlm reads version{} {})", r.source(), opening.version_what,
+                    version, oldest == newest ? "" : "s",
+                    oldest == newest ? std::to_string(newest) : fmt::format("{} to {}", oldest, newest));
     return version;
 }
 
@@ -61,8 +62,14 @@ std::string identity_mismatch(const SessionIdentity& s, const SessionIdentity& r
         if (flag) text += fmt::format(" (run with {} {} to continue it)", flag, a);
         return text;
     };
-    if (s.model_fingerprint != r.model_fingerprint)
-        return diff("model fingerprint", s.model_fingerprint, r.model_fingerprint);
+    if (s.model_fingerprint != r.model_fingerprint) {
+        auto model = [](const SessionIdentity& id) {
+            return id.model_description.empty()
+                       ? fmt::format("fingerprint {}", id.model_fingerprint)
+                       : fmt::format("{}, fingerprint {}", id.model_description, id.model_fingerprint);
+        };
+        return fmt::format("model: session was saved with {}; this run has {}", model(s), model(r));
+    }
     if (s.kv_dtype != r.kv_dtype) return diff("KV dtype", dtype_name(s.kv_dtype), dtype_name(r.kv_dtype), "--kv-dtype");
     if (s.n_layers != r.n_layers) return diff("KV layout n_layers", std::to_string(s.n_layers), std::to_string(r.n_layers));
     if (s.n_kv_heads != r.n_kv_heads)
@@ -85,7 +92,9 @@ std::string identity_mismatch(const SessionIdentity& s, const SessionIdentity& r
 std::vector<uint8_t> encode_manifest(const SessionManifest& m) {
     BufferWriter body;
     const SessionIdentity& id = m.identity;
+    body.write_string(m.session_name);
     body.write_string(id.model_fingerprint);
+    body.write_string(id.model_description);
     body.write_u32(uint32_t(id.kv_dtype));
     body.write_i32(id.n_layers);
     body.write_i32(id.n_kv_heads);
@@ -111,7 +120,7 @@ std::vector<uint8_t> encode_manifest(const SessionManifest& m) {
 
     BufferWriter out;
     out.write_bytes(kManifestOpening.magic, 4);
-    out.write_u32(kSessionFormatVersion);
+    out.write_u32(kManifestVersion);
     out.write_u64(body.buffer().size());
     out.write_u64(XXH3_64bits(body.buffer().data(), body.buffer().size()));
     out.write_bytes(body.buffer().data(), body.buffer().size());
@@ -121,7 +130,7 @@ std::vector<uint8_t> encode_manifest(const SessionManifest& m) {
 SessionManifest decode_manifest(const uint8_t* data, size_t size, const std::string& source) {
     Reader header(data, size, source);
     SessionManifest m;
-    m.format_version = read_opening(header, kManifestOpening);
+    m.format_version = read_opening(header, kManifestOpening, 1, kManifestVersion);
     uint64_t body_size = header.read_u64("body size");
     uint64_t checksum = header.read_u64("body checksum");
     if (body_size != header.remaining())
@@ -132,7 +141,9 @@ SessionManifest decode_manifest(const uint8_t* data, size_t size, const std::str
         throw_error("{}: manifest checksum mismatch (the file is damaged)", source);
 
     SessionIdentity& id = m.identity;
+    if (m.format_version >= 2) m.session_name = r.read_string("session name", 256);
     id.model_fingerprint = r.read_string("model fingerprint", 256);
+    if (m.format_version >= 2) id.model_description = r.read_string("model description", 4096);
     uint32_t dtype = r.read_u32("KV dtype");
     if (!dtype_is_known(dtype)) r.fail(fmt::format("unknown KV dtype {}", dtype));
     id.kv_dtype = DType(dtype);
@@ -199,7 +210,7 @@ std::vector<uint8_t> encode_block_file(const BlockFileHeader& h, const void* pay
 BlockFileHeader decode_block_header(const uint8_t* data, size_t size, uint64_t file_size, const std::string& source) {
     Reader r(data, size, source);
     BlockFileHeader h;
-    h.format_version = read_opening(r, kBlockOpening);
+    h.format_version = read_opening(r, kBlockOpening, kSessionFormatVersion, kSessionFormatVersion);
     h.kv_namespace = read_hash(r, "kv namespace");
     h.hash = read_hash(r, "block hash");
     h.n_tokens = r.read_i32("n_tokens");

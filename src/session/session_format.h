@@ -12,12 +12,16 @@
 
 namespace kvlm {
 
-constexpr uint32_t kSessionFormatVersion = 1;  // manifests and block files; any other value is refused
+constexpr uint32_t kSessionFormatVersion = 1;  // block files; any other value is refused
+// Manifests: version 2 added the session's own name and the model's description; version 1 is still read.
+constexpr uint32_t kManifestVersion = 2;
 constexpr size_t kBlockHeaderSize = 64;
 
 // What a session's KV bytes depend on besides the tokens. A restore requires every field to match.
 struct SessionIdentity {
     std::string model_fingerprint;
+    // Which model that is, for people: "stories260K.kvlm (llama, from GGUF stories260K.gguf)". Not compared.
+    std::string model_description;
     DType kv_dtype = DType::f32;
     int32_t n_layers = 0;
     int32_t n_kv_heads = 0;
@@ -38,7 +42,8 @@ struct SessionBlockRef {
 };
 
 struct SessionManifest {
-    uint32_t format_version = kSessionFormatVersion;
+    uint32_t format_version = kManifestVersion;
+    std::string session_name;  // the name it was saved under ("" in a version-1 manifest)
     SessionIdentity identity;
     std::vector<int32_t> tokens;     // whole transcript, incl. tokens not yet in KV (the pending one)
     int32_t n_kv_tokens = 0;         // tokens[0..n_kv_tokens) have K/V in `blocks`

@@ -22,6 +22,7 @@ SessionIdentity session_identity(Engine& engine) {
     const ModelConfig& config = engine.model().config();
     SessionIdentity id;
     id.model_fingerprint = engine.model().fingerprint();
+    id.model_description = model_description(engine.model());
     id.kv_dtype = engine.kv_dtype();
     id.n_layers = config.n_layers;
     id.n_kv_heads = config.n_kv_heads;
@@ -194,7 +195,8 @@ int32_t save_session(Engine& engine, SessionStore& store, const std::string& nam
         n_written = store.save(name, m, engine.prefix_cache().kv_namespace(), block_bytes, read_payload, restored.bad_blocks);
     } catch (const Error& e) {
         throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact and this "
-                    "turn was not saved (free some disk space or choose another --session-dir, then run the turn "
+                    "turn was not saved (free some disk space - `kvlm session gc --quota SIZE` shrinks the store, "
+                    "`kvlm session rm NAME` drops a session - or choose another --session-dir, then run the turn "
                     "again)",
                     name, store.dir(), e.what());
     }

@@ -40,6 +40,13 @@ uint64_t file_size_or_zero(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
 }
 
+// What a file takes on disk (allocated blocks), which the quota and `session ls` count: a sparse or
+// preallocated file's apparent size says nothing about the space it uses.
+uint64_t disk_bytes_or_zero(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_blocks) * 512 : 0;
+}
+
 // False for any failure (missing, or no permission to look): callers then treat the path as absent.
 bool path_exists(const std::string& path) {
     struct stat st;
@@ -61,7 +68,7 @@ std::vector<std::string> files_in(const std::string& dir) {
 
 uint64_t bytes_of_files_in(const std::string& dir) {
     uint64_t total = 0;
-    for (const std::string& f : files_in(dir)) total += file_size_or_zero(f);
+    for (const std::string& f : files_in(dir)) total += disk_bytes_or_zero(f);
     return total;
 }
 
@@ -95,7 +102,7 @@ std::vector<BlockFile> scan_blocks(const std::string& dir, std::vector<std::stri
         BlockFile f;
         if (!BlockHash::from_hex(name.substr(0, 32), &f.hash)) continue;
         f.path = it->path().string();
-        f.bytes = file_size_or_zero(f.path);
+        f.bytes = disk_bytes_or_zero(f.path);
         files.push_back(f);
     }
     return files;
@@ -131,7 +138,9 @@ int32_t remove_empty_directories(std::vector<std::string> dirs) {
     return n_removed;
 }
 
-void write_manifest_file(const std::string& path, const std::string& name, const SessionManifest& manifest) {
+// The manifest always names the session it is written for (a copy under another name is then refused).
+void write_manifest_file(const std::string& path, const std::string& name, SessionManifest manifest) {
+    manifest.session_name = name;
     std::vector<uint8_t> bytes = encode_manifest(manifest);
     write_file_atomic(path, bytes.data(), bytes.size(), fmt::format("session '{}': manifest", name));
 }
@@ -150,12 +159,17 @@ std::string SessionStore::default_dir() {
     return std::string(home) + "/.cache/kvlm";
 }
 
-void SessionStore::check_name(const std::string& name) {
+void SessionStore::check_name(const std::string& name, NameUse use) {
     bool ok = !name.empty() && name.size() <= 128 && name[0] != '.';
     for (char c : name)
         if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) ok = false;
     if (!ok)
-        throw_error("session name '{}' is not valid: use 1-128 letters, digits, '.', '_' or '-', not starting with '.'",
+        throw_error("session name '{}' is not valid: use 1-128 letters, digits, '.', '_' or '-', not starting with '.' "
+                    "or '-'",
+                    name);
+    if (use == NameUse::create && name[0] == '-')
+        throw_error("session name '{}' is not valid: it starts with '-', so commands would read it as an option; "
+                    "use 1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
                     name);
 }
 
@@ -183,7 +197,7 @@ void SessionStore::ensure_writable() const {
 }
 
 FileLock SessionStore::lock_session(const std::string& name, const std::string& what_to_do) const {
-    check_name(name);
+    check_name(name, NameUse::existing);  // the callers that create a session check the name themselves
     ensure_writable();
     FileLock lock;
     if (!lock.try_lock(dir_ + "/locks/" + name + ".lock", FileLock::Mode::exclusive))
@@ -225,7 +239,12 @@ SessionManifest SessionStore::load_manifest(const std::string& name) const {
     std::string path = manifest_path(name);
     std::vector<uint8_t> bytes;
     if (!read_whole_file(path, &bytes)) throw_error("session '{}' does not exist ({} not found)", name, path);
-    return decode_manifest(bytes.data(), bytes.size(), path);
+    SessionManifest manifest = decode_manifest(bytes.data(), bytes.size(), path);
+    // A manifest copied or renamed by hand would continue another session's transcript under this name.
+    if (!manifest.session_name.empty() && manifest.session_name != name)
+        throw_error("{}: this manifest belongs to session '{}', not '{}' (copied or renamed by hand?)", path,
+                    manifest.session_name, name);
+    return manifest;
 }
 
 std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, size_t payload_size,
@@ -318,15 +337,14 @@ std::vector<SessionInfo> SessionStore::list() const {
     for (const std::string& name : session_names()) {
         SessionInfo info;
         info.name = name;
-        info.bytes = file_size_or_zero(manifest_path(name)) + file_size_or_zero(chat_path(name)) +
-                     file_size_or_zero(chat_path(name) + ".new");
+        info.bytes = disk_bytes_or_zero(manifest_path(name)) + disk_bytes_or_zero(chat_path(name)) +
+                     disk_bytes_or_zero(chat_path(name) + ".new");
         try {
             info.manifest = load_manifest(name);
             info.readable = true;
             for (const SessionBlockRef& b : info.manifest.blocks) {
-                uint64_t n = file_size_or_zero(block_path(b.hash));
-                info.bytes += n;
-                info.n_blocks_present += n > 0;
+                info.bytes += disk_bytes_or_zero(block_path(b.hash));
+                info.n_blocks_present += path_exists(block_path(b.hash));
             }
         } catch (const Error& e) {
             info.problem = e.what();
@@ -337,7 +355,7 @@ std::vector<SessionInfo> SessionStore::list() const {
 }
 
 RemoveReport SessionStore::remove(const std::string& name) {
-    check_name(name);
+    check_name(name, NameUse::existing);
     const std::vector<std::string> chat_files = {chat_path(name), chat_path(name) + ".new"};
     auto any_exists = [&] {
         return has_session(name) || path_exists(chat_files[0]) || path_exists(chat_files[1]);
@@ -355,7 +373,7 @@ RemoveReport SessionStore::remove(const std::string& name) {
         // unreadable or no manifest: delete what there is; a later gc removes orphaned blocks
     }
     auto unlink_file = [&](const std::string& path) {
-        uint64_t bytes = file_size_or_zero(path);
+        uint64_t bytes = disk_bytes_or_zero(path);
         if (::unlink(path.c_str()) == 0) {
             report.files.push_back(path);
             report.bytes_freed += bytes;
@@ -384,7 +402,7 @@ VerifyReport SessionStore::verify(const std::string& name) const {
     VerifyReport report;
     std::vector<std::string> names = name.empty() ? session_names() : std::vector<std::string>{name};
     if (!name.empty()) {
-        check_name(name);
+        check_name(name, NameUse::existing);
         if (!has_session(name)) throw_error("session '{}' does not exist in {}", name, dir_);
     }
     FileLock store_lock;
@@ -404,6 +422,7 @@ VerifyReport SessionStore::verify(const std::string& name) const {
                               size_t(m.identity.n_kv_heads) * size_t(m.identity.head_dim) *
                               dtype_size(m.identity.kv_dtype);
         BlockHash parent = ns;
+        size_t n_missing = 0, first_missing = 0;
         for (size_t i = 0; i < m.blocks.size(); i++) {
             const SessionBlockRef& ref = m.blocks[i];
             BlockHash want = chain_block_hash(parent, m.tokens.data() + i * m.identity.block_size, ref.n_tokens);
@@ -413,12 +432,20 @@ VerifyReport SessionStore::verify(const std::string& name) const {
             parent = ref.hash;
             report.n_blocks_checked++;
             std::string problem = read_block(ref, ns, payload_size, &payload);
-            if (!problem.empty())
+            if (problem == "missing") {
+                if (n_missing++ == 0) first_missing = i;
+            } else if (!problem.empty())
                 report.problems.push_back(fmt::format("{}: block {} ({}): {} ({} tokens from position {} would be "
                                                       "recomputed)",
                                                       n, i, ref.hash.hex(), problem,
                                                       m.tokens.size() - i * size_t(m.identity.block_size),
                                                       i * size_t(m.identity.block_size)));
+        }
+        if (n_missing > 0) {
+            size_t from = first_missing * size_t(m.identity.block_size);
+            report.notes.push_back(fmt::format("{}: {} of {} blocks evicted (session gc --quota) or deleted: its next "
+                                               "run recomputes {} tokens from position {}",
+                                               n, n_missing, m.blocks.size(), m.tokens.size() - from, from));
         }
     }
     return report;
@@ -428,7 +455,7 @@ uint64_t SessionStore::total_bytes() const {
     std::vector<std::string> temp_files;
     uint64_t total = bytes_of_files_in(dir_ + "/sessions") + bytes_of_files_in(dir_ + "/chats");
     for (const BlockFile& f : scan_blocks(dir_, &temp_files)) total += f.bytes;
-    for (const std::string& t : temp_files) total += file_size_or_zero(t);
+    for (const std::string& t : temp_files) total += disk_bytes_or_zero(t);
     return total;
 }
 
@@ -477,13 +504,13 @@ GcReport SessionStore::collect(const std::vector<BlockHash>* candidates, uint64_
     // `total` is what stays: the same sum as total_bytes(), which `session ls` reports.
     uint64_t total = 0;
     if (candidates) {
-        for (const std::string& t : temp_files) total += file_size_or_zero(t);  // left for a full gc
+        for (const std::string& t : temp_files) total += disk_bytes_or_zero(t);  // left for a full gc
     } else {
         // No save is in progress (we hold the store lock exclusively), so every temporary file in blocks/
         // is a leftover; stale_temp_files() adds the ones of sessions/ and chats/.
         for (const std::string& t : stale_temp_files(dir_)) temp_files.push_back(t);
         for (const std::string& t : temp_files) {
-            drop(t, file_size_or_zero(t));
+            drop(t, disk_bytes_or_zero(t));
             report.n_removed++;
         }
     }

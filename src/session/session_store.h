@@ -31,7 +31,10 @@ struct SessionInfo {
 struct VerifyReport {
     int32_t n_sessions = 0;
     int32_t n_blocks_checked = 0;
-    std::vector<std::string> problems;  // one line each: "NAME: block 3 (<hex>): checksum mismatch"
+    std::vector<std::string> problems;  // damage, one line each: "NAME: block 3 (<hex>): checksum mismatch"
+    // Missing blocks are not damage (quota eviction deletes them; the next run recomputes their tokens):
+    // one line per session that lacks some, "NAME: 12 of 30 blocks evicted or deleted: ...".
+    std::vector<std::string> notes;
 };
 
 struct RemoveReport {
@@ -54,8 +57,11 @@ public:
     explicit SessionStore(std::string dir);
     // $KVLM_SESSION_DIR, else $XDG_CACHE_HOME/kvlm, else $HOME/.cache/kvlm.
     static std::string default_dir();
-    // Names are 1-128 characters of [A-Za-z0-9._-], not starting with '.'; throws Error otherwise.
-    static void check_name(const std::string& name);
+    // Names are 1-128 characters of [A-Za-z0-9._-], not starting with '.' or '-'; throws Error otherwise.
+    // A name starting with '-' (which older kvlm versions made) is accepted for existing sessions, so
+    // that `kvlm session rm -- -name` can remove one; never for a new one.
+    enum class NameUse { create, existing };
+    static void check_name(const std::string& name, NameUse use = NameUse::create);
 
     const std::string& dir() const { return dir_; }
     std::string manifest_path(const std::string& name) const;

@@ -74,7 +74,7 @@ void BufferWriter::write_bytes(const void* data, size_t n_bytes) {
 
 FileWriter::FileWriter(const std::string& path, const std::string& display_name) : display_name_(display_name) {
     file_ = std::fopen(path.c_str(), "wb");
-    if (!file_) fail("cannot create file");
+    if (!file_) throw_error("{}: cannot create the file: {}", display_name_, os_error_text(errno));
     std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
 }
 

@@ -1,6 +1,8 @@
-// Chat state codec (src/chat/chat_state.h) in memory: round trip, version-1 states, truncation at every byte,
-// undo points outside the conversation or out of order, unknown versions and counts past the end.
+// Chat state codec (src/chat/chat_state.h) in memory: round trip, version-1 states, the checksum (every
+// changed byte), truncation at every byte, undo points outside the conversation or out of order, unknown
+// versions and counts past the end.
 #include <doctest/doctest.h>
+#include <xxhash.h>
 
 #include "chat/chat_state.h"
 #include "util/binary_io.h"
@@ -55,6 +57,23 @@ std::string decode_error(const std::vector<uint8_t>& bytes, size_t size) {
     return "";
 }
 std::string decode_error(const std::vector<uint8_t>& bytes) { return decode_error(bytes, bytes.size()); }
+
+// Replaces the trailing checksum of version-3 bytes by the right one for the rest: lets a test reach the
+// structural checks behind the checksum with bytes it changed on purpose.
+std::vector<uint8_t> resealed(std::vector<uint8_t> body_and_checksum) {
+    REQUIRE(body_and_checksum.size() >= 8);
+    body_and_checksum.resize(body_and_checksum.size() - 8);
+    uint64_t checksum = XXH3_64bits(body_and_checksum.data(), body_and_checksum.size());
+    for (int i = 0; i < 8; i++) body_and_checksum.push_back(uint8_t(checksum >> (8 * i)));
+    return body_and_checksum;
+}
+
+// The bytes of a version-3 state cut after `n_body` body bytes, with a valid checksum after them.
+std::vector<uint8_t> resealed_prefix(const std::vector<uint8_t>& bytes, size_t n_body) {
+    std::vector<uint8_t> prefix(bytes.begin(), bytes.begin() + n_body);
+    prefix.resize(n_body + 8);
+    return resealed(prefix);
+}
 
 // sample_state() with its turns replaced, encoded.
 std::vector<uint8_t> with_turns(std::vector<ChatTurn> turns) {
@@ -115,15 +134,34 @@ TEST_CASE("chat state: a version-1 state (no template) decodes with empty templa
     CHECK(encode_chat_state(back) == bytes);  // re-encoded in its own version, byte for byte
 }
 
+TEST_CASE("chat state: every changed byte fails the checksum") {
+    std::vector<uint8_t> bytes = encode_chat_state(sample_state());
+    CHECK(decode_error(bytes).empty());
+    for (size_t at = 8; at < bytes.size(); at++) {  // past magic and version, which have their own errors
+        std::vector<uint8_t> changed = bytes;
+        changed[at] ^= 0x10;
+        std::string e = decode_error(changed);
+        CHECK_MESSAGE(e == "s.chat: checksum mismatch (the file is damaged or was edited)", at, ": ", e);
+    }
+}
+
 TEST_CASE("chat state: truncation at every byte and trailing bytes are refused") {
     for (ChatState s : {sample_state(), ChatState{}}) {
         std::vector<uint8_t> bytes = encode_chat_state(s);
+        const size_t n_body = bytes.size() - 8;
         for (size_t cut = 0; cut < bytes.size(); cut++) {
             std::string e = decode_error(bytes, cut);
-            CHECK_MESSAGE(e.rfind("s.chat: at offset ", 0) == 0, cut, ": ", e);
+            CHECK_MESSAGE(e.rfind("s.chat: ", 0) == 0, cut, ": ", e);
+            // Cut inside the body with a valid checksum after it: the structure check names the offset.
+            if (cut >= 8 && cut < n_body) {
+                e = decode_error(resealed_prefix(bytes, cut));
+                CHECK_MESSAGE(e.rfind("s.chat: at offset ", 0) == 0, cut, ": ", e);
+            }
         }
-        bytes.push_back(0);
-        CHECK(decode_error(bytes).find("trailing bytes") != std::string::npos);
+        std::vector<uint8_t> trailing(bytes.begin(), bytes.begin() + n_body);
+        trailing.push_back(0);
+        trailing.resize(trailing.size() + 8);
+        CHECK(decode_error(resealed(trailing)).find("trailing bytes") != std::string::npos);
     }
 }
 
@@ -152,7 +190,7 @@ TEST_CASE("chat state: other versions, another magic and counts past the end are
     std::vector<uint8_t> future = bytes;
     future[4] = 9;
     std::string e = decode_error(future);
-    CHECK_MESSAGE(e == "s.chat: at offset 8: chat state version 9, this kvlm reads versions 1 and 2", e);
+    CHECK_MESSAGE(e == "s.chat: at offset 8: chat state version 9, this kvlm reads versions 1 to 3", e);
     future[4] = 0;
     CHECK(decode_error(future).find("chat state version 0") != std::string::npos);
 
@@ -165,10 +203,10 @@ TEST_CASE("chat state: other versions, another magic and counts past the end are
     s.messages.clear();
     s.turns.clear();
     std::vector<uint8_t> counts = encode_chat_state(s);
-    const size_t at = counts.size() - 8;  // u32 message count, u32 turn count
+    const size_t at = counts.size() - 16;  // u32 message count, u32 turn count, u64 checksum
     for (size_t i = 0; i < 4; i++) counts[at + i] = 0xff;
-    CHECK(decode_error(counts).find("message count past the end") != std::string::npos);
+    CHECK(decode_error(resealed(counts)).find("message count past the end") != std::string::npos);
     for (size_t i = 0; i < 4; i++) counts[at + i] = 0;
-    counts[counts.size() - 4] = 1;  // one turn, no bytes for it
-    CHECK(decode_error(counts).find("turn count past the end") != std::string::npos);
+    counts[counts.size() - 12] = 1;  // one turn, no bytes for it
+    CHECK(decode_error(resealed(counts)).find("turn count past the end") != std::string::npos);
 }

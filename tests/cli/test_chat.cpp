@@ -422,6 +422,7 @@ TEST_CASE("chat: a failed session save is reported once, the answers still on st
         CHECK_MESSAGE(count(failed.err, "cannot save session 'c'") == n_turns, failed.err);
         CHECK_MESSAGE(count(failed.err, "kvlm: error:") == n_turns, failed.err);
         CHECK_MESSAGE(count(failed.err, "File too large") == n_turns, failed.err);
+        CHECK_MESSAGE(contains(failed.err, "`kvlm session gc --quota SIZE` shrinks the store"), failed.err);
         CHECK(failed.out == reference.out);
         CHECK(read_file(dir.file("store/chats/c.chat")) == state);
     }
@@ -432,6 +433,44 @@ TEST_CASE("chat: a failed session save is reported once, the answers still on st
     CHECK(read_file(dir.file("store/chats/c.chat")) != state);
     CliResult resumed = chat(stories(), "/stats\n", session("store"));
     CHECK_MESSAGE(resumed.err.find("conversation: 1 messages") != std::string::npos, resumed.err);
+}
+
+TEST_CASE("chat: a changed byte in a chat session's messages is refused, verify reports it, rm gets out") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir;
+    const std::vector<std::string> session = {"--chat-template", "chatml", "-n",      "10",  "-c",
+                                              "512",             "--session", "c", "--session-dir", dir.path()};
+    REQUIRE(chat(stories(), "Once upon a time\n", session).exit_code == 0);
+    REQUIRE(run_kvlm({"session", "verify", "--session-dir", dir.path()}).exit_code == 0);
+    const std::string state = read_file(dir.file("chats/c.chat"));
+    // One byte of the stored template, then one byte of a message: neither may be used.
+    for (const std::string& needle : {std::string("im_start"), std::string("Once upon")}) {
+        CAPTURE(needle);
+        std::string changed = state;
+        size_t at = changed.find(needle);
+        REQUIRE(at != std::string::npos);
+        changed[at + 2] ^= 0x01;
+        write_file(dir.file("chats/c.chat"), changed);
+        CliResult refused = chat(stories(), "Then\n", session);
+        CHECK(refused.exit_code == 1);
+        CHECK(refused.out.empty());
+        CHECK_MESSAGE(contains(refused.err, "session 'c' cannot be continued: its messages are damaged ("),
+                      refused.err);
+        CHECK_MESSAGE(contains(refused.err, "chats/c.chat: checksum mismatch (the file is damaged or was edited)"),
+                      refused.err);
+        CHECK_MESSAGE(contains(refused.err, "`kvlm session rm c`"), refused.err);
+        CliResult verify = run_kvlm({"session", "verify", "--session-dir", dir.path()});
+        CHECK(verify.exit_code == 1);
+        CHECK_MESSAGE(contains(verify.out, "c: chat messages: "), verify.out);
+        CHECK_MESSAGE(contains(verify.out, "checksum mismatch"), verify.out);
+        CHECK(run_kvlm({"session", "show", "c", "--session-dir", dir.path()}).exit_code == 0);
+    }
+    // The way out the message names works, and the name then starts a new conversation.
+    CliResult rm = run_kvlm({"session", "rm", "c", "--session-dir", dir.path()});
+    CHECK_MESSAGE(rm.exit_code == 0, rm.err);
+    CliResult fresh = chat(stories(), "Then\n", session);
+    CHECK_MESSAGE(fresh.exit_code == 0, fresh.err);
+    CHECK(run_kvlm({"session", "verify", "--session-dir", dir.path()}).exit_code == 0);
 }
 
 TEST_CASE("chat: run --chat --session with a message past the context is refused, the session unchanged") {
@@ -549,6 +588,9 @@ TEST_CASE("chat: the terminal and a piped run give the same answers under greedy
                   "terminal:\n" << screen << "\npiped:\n" << piped.out);
     term.keys("C-d");
     CHECK(term.wait_for([](const std::string& s) { return s.find("EXITED 0") != std::string::npos; }, 30));
+    // Ctrl-D ends the prompt's line: what runs next starts on a line of its own, not after "> ".
+    std::vector<std::string> after = lines_of(term.screen());
+    CHECK_MESSAGE(std::find(after.begin(), after.end(), "EXITED 0") != after.end(), term.screen());
 }
 
 TEST_CASE("chat: /stats, /undo and /regenerate in the terminal") {

@@ -56,12 +56,15 @@ void make_two_turns(const std::string& dir) {
     REQUIRE(run_turn(dir, "s", " Lily saw a big red ball.").exit_code == 0);
 }
 
-// Bytes of every file in the store that `session ls` totals (sessions/, blocks/, chats/).
+// Disk space (allocated blocks) of every file in the store that `session ls` totals (sessions/, blocks/,
+// chats/): what du counts, not the apparent sizes.
 uint64_t store_file_bytes(const std::string& dir) {
     uint64_t total = 0;
     for (const char* sub : {"/sessions", "/blocks", "/chats"})
-        for (const auto& e : std::filesystem::recursive_directory_iterator(dir + sub))
-            if (e.is_regular_file()) total += e.file_size();
+        for (const auto& e : std::filesystem::recursive_directory_iterator(dir + sub)) {
+            struct stat st;
+            if (e.is_regular_file() && ::stat(e.path().c_str(), &st) == 0) total += uint64_t(st.st_blocks) * 512;
+        }
     return total;
 }
 
@@ -186,13 +189,34 @@ TEST_CASE("session cli: damaged, missing or foreign files give the documented be
                           bytes[4] = 9;
                           write_file(p, bytes);
                       }),
-                      "session format version 9 is not supported (this kvlm reads version 1)");
+                      "session format version 9 is not supported (this kvlm reads versions 1 to 2)");
+    }
+    SUBCASE("a manifest copied under another session's name") {
+        TempDir dir;
+        make_two_turns(dir.path());
+        REQUIRE(run_turn(dir.path(), "t", "The dog").exit_code == 0);
+        SessionStore store(dir.path());
+        std::filesystem::copy_file(store.manifest_path("s"), store.manifest_path("t"),
+                                   std::filesystem::copy_options::overwrite_existing);
+        CliResult copied = run_turn(dir.path(), "t", " Then");
+        CHECK(copied.exit_code == 1);
+        CHECK(copied.out.empty());
+        CHECK_MESSAGE(contains(copied.err, "this manifest belongs to session 's', not 't' (copied or renamed by hand?); "
+                                           "start fresh with `kvlm session rm t`"),
+                      copied.err);
+        CHECK(run_turn(dir.path(), "s", " Then").out == expected.out);  // the original is untouched
     }
     SUBCASE("another model, another block size") {
         TempDir dir;
         make_two_turns(dir.path());
         std::string f16 = converted_model("stories-f16", {data_path("stories260K/stories260K.gguf"), "--dtype", "f16"});
-        check_refused(run_turn(dir.path(), "s", " Then", {}, f16), "model fingerprint: session has");
+        // The mismatch names both models: file, architecture and source, not just hashes.
+        CliResult other_model = run_turn(dir.path(), "s", " Then", {}, f16);
+        check_refused(other_model, "model: session was saved with stories-gguf.kvlm (llama, from GGUF "
+                                   "stories260K.gguf), fingerprint ");
+        CHECK_MESSAGE(other_model.err.find("this run has stories-f16.kvlm (llama, from GGUF stories260K.gguf)") !=
+                          std::string::npos,
+                      other_model.err);
         check_refused(run_turn(dir.path(), "s", " Then", {"--block-size", "32"}),
                       "block size: session has 16, this run has 32 (run with --block-size 16 to continue it)");
         check_refused(run_turn(dir.path(), "s", " Then", {"--kv-dtype", "bf16"}),
@@ -285,6 +309,21 @@ TEST_CASE("session cli: verify reports damage, gc removes what no manifest names
     CHECK_MESSAGE(bad.out.find("s: block 2 (" + m.blocks[2].hash.hex() + "): checksum mismatch") != std::string::npos,
                   bad.out);
     CHECK(run_kvlm({"session", "verify", "nope", "--session-dir", dir.path()}).exit_code != 0);
+    write_file(p, read_file(p).replace(bytes.size() / 2, 1, 1, char(bytes[bytes.size() / 2] ^ 0x20)));
+
+    // Quota eviction is not damage: one line per session that lost blocks, exit 0; a run recomputes them.
+    REQUIRE(run_turn(dir.path(), "t", "The dog").exit_code == 0);
+    CliResult evict = run_kvlm({"session", "gc", "--quota", "1", "--session-dir", dir.path()});
+    REQUIRE_MESSAGE(evict.exit_code == 0, evict.err);
+    CliResult after = run_kvlm({"session", "verify", "--session-dir", dir.path()});
+    CHECK_MESSAGE(after.exit_code == 0, after.out);
+    CHECK_MESSAGE(after.out.find(fmt::format("s: {} of {} blocks evicted (session gc --quota) or deleted: its next run "
+                                             "recomputes {} tokens from position 0",
+                                             m.blocks.size(), m.blocks.size(), m.tokens.size())) != std::string::npos,
+                  after.out);
+    CHECK(std::count(after.out.begin(), after.out.end(), '\n') == 3);  // s, t and the summary
+    CHECK_MESSAGE(after.out.find("2 session(s) with evicted blocks") != std::string::npos, after.out);
+    CHECK(run_turn(dir.path(), "s", " Then").exit_code == 0);
 
     std::string orphan = store.block_path(BlockHash{1, 2});
     std::filesystem::create_directories(std::filesystem::path(orphan).parent_path());
@@ -296,6 +335,7 @@ TEST_CASE("session cli: verify reports damage, gc removes what no manifest names
     CHECK(std::filesystem::exists(p));
     CliResult rm = run_kvlm({"session", "rm", "s", "--session-dir", dir.path()});
     CHECK(rm.exit_code == 0);
+    CHECK(run_kvlm({"session", "rm", "t", "--session-dir", dir.path()}).exit_code == 0);
     CHECK(store.total_bytes() == 0);
     CHECK(run_kvlm({"session", "rm", "s", "--session-dir", dir.path()}).exit_code != 0);
 }
@@ -319,6 +359,17 @@ TEST_CASE("session cli: ls counts chat messages; rm/gc leave no empty shard dirs
         return m[1].str();
     };
     CHECK(ls_total() == fmt::format("{:.1f} KiB", store_file_bytes(dir.path()) / 1024.0));
+    // A sparse leftover of 1 GiB apparent size uses no disk: neither ls nor the quota counts it as 1 GiB.
+    const std::string sparse = dir.file("sessions/.tmp-1-sparse");
+    write_file(sparse, "");
+    fs::resize_file(sparse, uint64_t(1) << 30);
+    const std::string total_with_sparse = ls_total();
+    CHECK(total_with_sparse == fmt::format("{:.1f} KiB", store_file_bytes(dir.path()) / 1024.0));
+    // A save under a 10 MiB quota evicts nothing (it would if the sparse file counted as 1 GiB).
+    REQUIRE(run_turn(dir.path(), "q", "The dog", {"--session-quota", "10MiB"}).exit_code == 0);
+    CHECK(run_kvlm({"session", "verify", "--session-dir", dir.path()}).out.find("evicted") == std::string::npos);
+    fs::remove(sparse);
+    REQUIRE(run_kvlm({"session", "rm", "q", "--session-dir", dir.path()}).exit_code == 0);
     // A chat session is marked as one; a plain run session is not.
     std::string both = run_kvlm({"session", "ls", "--session-dir", dir.path()}).out;
     CHECK_MESSAGE(std::regex_search(both, std::regex("\nc +[^\n]* chat\n")), both);

@@ -87,7 +87,7 @@ TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, 
     const std::vector<std::string> args = {"run", "-m", stories_model(), "-p", "", "-n", "200", "--temp", "0"};
 
     std::vector<std::string> cuda_args = args;
-    cuda_args.insert(cuda_args.end(), {"--device", "cuda"});
+    cuda_args.insert(cuda_args.end(), {"--device", "cuda", "-v"});  // -v: the device line
     CliResult r = run_kvlm(cuda_args);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     CHECK(r.err.find("kvlm: device cuda") != std::string::npos);

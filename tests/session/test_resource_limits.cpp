@@ -46,8 +46,6 @@ std::string token_ids(const std::string& dir) {
     return m[1].str();
 }
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
-
 void check_error(const CliResult& r, const std::vector<std::string>& needles) {
     CHECK_MESSAGE(r.exit_code == 1, "exit " << r.exit_code << ", stderr: " << r.err);
     for (const std::string& n : needles) CHECK_MESSAGE(contains(r.err, n), "stderr: " << r.err << "\nexpected: " << n);

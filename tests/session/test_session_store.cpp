@@ -29,7 +29,9 @@ std::string stories() { return converted_model("stories-gguf", {data_path("stori
 
 SessionManifest sample_manifest() {
     SessionManifest m;
+    m.session_name = "a";
     m.identity.model_fingerprint = "0123456789abcdef0123456789abcdef";
+    m.identity.model_description = "tiny.kvlm (llama, from GGUF tiny.gguf)";
     m.identity.n_layers = 2;
     m.identity.n_kv_heads = 2;
     m.identity.head_dim = 4;
@@ -76,6 +78,13 @@ SessionManifest save_sample(SessionStore& store) {
     return m;
 }
 
+// What a file uses on disk: the size the store's accounting counts.
+uint64_t disk_bytes(const std::string& path) {
+    struct stat st;
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    return uint64_t(st.st_blocks) * 512;
+}
+
 // Moves a file's modification time `seconds` into the past, as a killed writer's leftover would have it.
 void age_file(const std::string& path, int64_t seconds) {
     struct timespec times[2] = {{std::time(nullptr) - seconds, 0}, {std::time(nullptr) - seconds, 0}};
@@ -91,6 +100,8 @@ TEST_CASE("session format: manifest round trip; truncation, bit flips and future
     std::vector<uint8_t> bytes = encode_manifest(m);
     SessionManifest back = decode_manifest(bytes.data(), bytes.size(), "m");
     CHECK(back.tokens == m.tokens);
+    CHECK(back.session_name == "a");
+    CHECK(back.identity.model_description == m.identity.model_description);
     CHECK(back.n_kv_tokens == 6);
     REQUIRE(back.blocks.size() == 2);
     CHECK(back.blocks[1].hash == m.blocks[1].hash);
@@ -104,10 +115,9 @@ TEST_CASE("session format: manifest round trip; truncation, bit flips and future
     flipped[bytes.size() - 10] ^= 0x04;
     CHECK(error_of([&] { decode_manifest(flipped.data(), flipped.size(), "m"); }).find("checksum") != std::string::npos);
     std::vector<uint8_t> future = bytes;
-    future[4] = 2;
+    future[4] = 3;
     std::string e = error_of([&] { decode_manifest(future.data(), future.size(), "m"); });
-    CHECK_MESSAGE(e.find("version 2") != std::string::npos, e);
-    CHECK_MESSAGE(e.find("version 1") != std::string::npos, e);
+    CHECK_MESSAGE(e.find("version 3 is not supported (this kvlm reads versions 1 to 2)") != std::string::npos, e);
 
     SessionIdentity other = m.identity;
     other.block_size = 32;
@@ -152,11 +162,17 @@ TEST_CASE("session store: block files verify namespace, size and checksum") {
     write_file(path, bytes);
     std::filesystem::resize_file(path, uint64_t(64) << 30);  // sparse: no disk used
     CHECK(store.read_block(m.blocks[1], ns, payload_size, &payload).find("truncated") != std::string::npos);
-    std::filesystem::remove(path);
-    CHECK(store.read_block(m.blocks[1], ns, payload_size, &payload) == "missing");
     VerifyReport report = store.verify("");
     CHECK(report.n_sessions == 2);
     CHECK_MESSAGE(report.problems.size() == 2, fmt::format("{}", fmt::join(report.problems, "\n")));  // block 1 of each
+    CHECK(report.notes.empty());
+    // A missing block is not damage (quota eviction deletes blocks): one note per session, no problem.
+    std::filesystem::remove(path);
+    CHECK(store.read_block(m.blocks[1], ns, payload_size, &payload) == "missing");
+    report = store.verify("");
+    CHECK(report.problems.empty());
+    REQUIRE(report.notes.size() == 2);
+    CHECK_MESSAGE(report.notes[0].find("1 of 2 blocks evicted") != std::string::npos, report.notes[0]);
 }
 
 TEST_CASE("session: 3 turns in one engine == 3 turns restored from disk (tokens, logits, prefill counts)") {
@@ -322,11 +338,17 @@ TEST_CASE("session: two sessions with the same system prompt share its blocks; r
     r = store.collect(nullptr, 1);
     CHECK(r.n_evicted == int32_t(c.blocks.size()));
     CHECK(store.verify("b").problems.empty());
-    CHECK(!store.verify("c").problems.empty());
+    // Eviction is not damage: verify notes it in one line for c and reports no problem.
+    VerifyReport evicted = store.verify("c");
+    CHECK(evicted.problems.empty());
+    REQUIRE(evicted.notes.size() == 1);
+    CHECK(evicted.notes[0].find(fmt::format("{} of {} blocks evicted", c.blocks.size(), c.blocks.size())) !=
+          std::string::npos);
     // c is now partially (here: fully) recomputed on its next turn.
     GenerationResult g = turn("c", " The end.");
     CHECK(g.n_restored == 0);
     CHECK(store.verify("c").problems.empty());
+    CHECK(store.verify("c").notes.empty());
 }
 
 TEST_CASE("session store: rm and gc remove emptied shard directories and stale temporary files, not lock files") {
@@ -364,7 +386,7 @@ TEST_CASE("session store: rm and gc remove emptied shard directories and stale t
     CHECK(!fs::exists(dir.file("chats/.tmp-1-dead")));
     CHECK(fs::exists(dir.file("chats/.tmp-2-live")));
     CHECK(fs::exists(dir.file("locks/a.lock")));  // see SessionStore::remove
-    CHECK(gc.bytes_after == std::string("being written").size());
+    CHECK(gc.bytes_after == disk_bytes(dir.file("chats/.tmp-2-live")));
     CHECK(store.total_bytes() == gc.bytes_after);
 }
 
@@ -374,19 +396,25 @@ TEST_CASE("session store: sizes count a chat session's messages, total_bytes eve
     SessionStore store(dir.path());
     SessionManifest m = save_sample(store);
     { FileLock done = store.lock_session("a"); }
-    uint64_t own = fs::file_size(store.manifest_path("a"));
-    for (const SessionBlockRef& b : m.blocks) own += fs::file_size(store.block_path(b.hash));
+    // Sizes are disk usage (allocated blocks, as du counts), not apparent sizes.
+    uint64_t own = disk_bytes(store.manifest_path("a"));
+    for (const SessionBlockRef& b : m.blocks) own += disk_bytes(store.block_path(b.hash));
     fs::create_directories(dir.file("chats"));
     write_file(store.chat_path("a"), std::string(1000, 'm'));
     write_file(store.chat_path("a") + ".new", std::string(500, 'n'));  // a save stopped before its last rename
+    const uint64_t messages = disk_bytes(store.chat_path("a")) + disk_bytes(store.chat_path("a") + ".new");
     std::vector<SessionInfo> sessions = store.list();
     REQUIRE(sessions.size() == 1);
-    CHECK(sessions[0].bytes == own + 1500);
-    CHECK(store.total_bytes() == own + 1500);
+    CHECK(sessions[0].bytes == own + messages);
+    CHECK(store.total_bytes() == own + messages);
     // Files no session lists count too: chat messages without a manifest, leftover temporary files.
     write_file(dir.file("chats/old.chat"), std::string(100, 'o'));
     write_file(dir.file("sessions/.tmp-1-dead"), std::string(10, 't'));
-    CHECK(store.total_bytes() == own + 1610);
-    CHECK(store.collect(nullptr, 0).bytes_after == own + 1600);
-    CHECK(store.total_bytes() == own + 1600);
+    const uint64_t old_chat = disk_bytes(dir.file("chats/old.chat"));
+    CHECK(store.total_bytes() == own + messages + old_chat + disk_bytes(dir.file("sessions/.tmp-1-dead")));
+    CHECK(store.collect(nullptr, 0).bytes_after == own + messages + old_chat);
+    CHECK(store.total_bytes() == own + messages + old_chat);
+    // A sparse file counts what it uses on disk, not its apparent size.
+    fs::resize_file(dir.file("chats/old.chat"), uint64_t(1) << 30);
+    CHECK(store.total_bytes() < own + messages + old_chat + (uint64_t(1) << 20));
 }

@@ -43,6 +43,9 @@ private:
 };
 
 std::string read_file(const std::string& path);
+inline bool contains(const std::string& text, const std::string& needle) {
+    return text.find(needle) != std::string::npos;
+}
 void write_file(const std::string& path, const std::string& content);
 
 // A converted model cached across tests in the build tree (e.g. stories260K from its GGUF), made by
