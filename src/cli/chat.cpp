@@ -22,15 +22,14 @@
 #include "engine/engine.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/interrupt.h"
 #include "util/output.h"
 
 namespace kvlm {
 
 namespace {
 
-std::atomic<bool> g_interrupt{false};
-
-void on_sigint(int) { g_interrupt.store(true); }
+std::atomic<bool>& g_interrupt = interrupt_flag();
 
 const char* kHelp =
     "/help               this list\n"
@@ -224,6 +223,10 @@ private:
         GenerationResult result;
         try {
             result = generate_reply(sampler, write_text);
+        } catch (const PrefillInterrupted&) {  // Ctrl-C before the first token: the conversation is as before
+            g_interrupt.store(false);
+            info("(stopped before the answer: the message was dropped)");
+            return;
         } catch (const Error& e) {
             if (!newline_last) std::fputc('\n', stdout);
             report(e.what());
@@ -317,18 +320,11 @@ int cmd_chat(const ChatOptions& options) {
                          options.session.name.c_str(), chat.messages().size(), chat.transcript().size());
     }
 
-    struct sigaction action {};
-    struct sigaction previous {};
-    bool interactive = isatty(STDIN_FILENO);
-    if (interactive) {  // no SA_RESTART: a blocked read returns so the prompt sees the interrupt
-        action.sa_handler = on_sigint;
-        sigemptyset(&action.sa_mask);
-        sigaction(SIGINT, &action, &previous);
-    }
+    // On a terminal Ctrl-C stops an answer (or the prompt's prefill) and the chat goes on; piped, it ends kvlm.
+    std::optional<InterruptScope> interrupts;
+    if (isatty(STDIN_FILENO)) interrupts.emplace();
     ChatCli cli(options, engine, chat, &store);
-    int code = cli.run();
-    if (interactive) sigaction(SIGINT, &previous, nullptr);
-    return code;
+    return cli.run();
 }
 
 }  // namespace kvlm

@@ -1,6 +1,7 @@
 // Options and entry points of the kvlm subcommands. main.cpp parses flags into these structs (CLI11)
 // and calls the matching cmd_* function; each returns the process exit code and throws Error on bad input.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -104,12 +105,16 @@ int cmd_run(const RunOptions& options);
 // prefills the tokens not in KV plus `prompt` (a continuation appends it without BOS; a new session uses
 // fresh_prompt_ids), generates streaming to on_text, saves. Telemetry (n_restored, ...) in the result.
 // A chat session (saved by `kvlm chat` or `run --chat`) is refused: raw text would corrupt its messages.
+// `cancel` set during generation stops it and what was generated is saved (stop reason "interrupted");
+// set during the prefill, PrefillInterrupted is thrown and the session is unchanged.
 GenerationResult run_session_turn(Engine& engine, const RunOptions& options, const std::string& prompt,
-                                  const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text);
+                                  const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text,
+                                  const std::atomic<bool>* cancel = nullptr);
 // `kvlm run --chat --session` (cli/session.cpp): `message` is the next user message of chat session
-// options.session.name, the same session `kvlm chat --session` continues; restore, answer, save.
+// options.session.name, the same session `kvlm chat --session` continues; restore, answer, save. `cancel`
+// as for run_session_turn (a stopped answer is kept, as `kvlm chat` keeps one).
 GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options, const std::string& message,
-                                       const TextCallback& on_text);
+                                       const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr);
 
 struct ChatOptions {
     EngineFlags engine;

@@ -1,17 +1,21 @@
 // `kvlm run`: one-shot generation. stdout carries only the generated text, streamed; everything
 // else (device choice, stats with --verbose, errors) goes to stderr.
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <optional>
 
 #include "chat/chat_session.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "generate/generate.h"
 #include "util/error.h"
+#include "util/interrupt.h"
 #include "util/output.h"
 
 namespace kvlm {
@@ -115,6 +119,61 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
     if (!wrote_newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
 }
 
+// restore, generate, save (cli/session.cpp). The turn is never lost silently: Ctrl-C, or an output that
+// fails (a closed pipe, a full disk), stops generation, and what was generated is saved and said so.
+int run_with_session(Engine& engine, const RunOptions& options, const std::string& prompt,
+                     const std::vector<int32_t>& prompt_ids, double setup_seconds) {
+    const std::string& name = options.session.name;
+    InterruptScope interrupts;
+    // A closed pipe must not kill kvlm mid-turn: the write then fails with EPIPE, handled below.
+    struct sigaction ignore {}, previous_pipe {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, &previous_pipe);
+    std::atomic<bool>& stop = interrupt_flag();
+    std::optional<OutputError> output_error;
+    bool newline_last = true;
+    auto write_text = [&](const std::string& text) {
+        if (output_error) return;
+        try {
+            write_stdout(text);
+            newline_last = text.back() == '\n';
+        } catch (const OutputError& e) {
+            output_error = e;
+            stop.store(true);
+        }
+    };
+    bool chat_session = options.chat;
+    GenerationResult result;
+    try {
+        result = chat_session ? run_chat_session_turn(engine, options, prompt, write_text, &stop)
+                              : run_session_turn(engine, options, prompt, prompt_ids, write_text, &stop);
+    } catch (const PrefillInterrupted& e) {
+        std::fprintf(stderr, "kvlm: %s: nothing was generated, and session '%s' is unchanged\n", e.what(),
+                     name.c_str());
+        return 130;
+    }
+    sigaction(SIGPIPE, &previous_pipe, nullptr);
+    const size_t n_generated = result.generated.size();
+    if (output_error) {
+        abandon_stdout();
+        std::fprintf(stderr, "kvlm: stopped after %zu %s: %s; session '%s' was saved with them\n", n_generated,
+                     n_generated == 1 ? "token" : "tokens", output_error->what(), name.c_str());
+        return output_error->error_number == EPIPE ? 128 + SIGPIPE : 1;
+    }
+    if (!newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
+    if (result.stop_reason == "interrupted") {
+        std::fprintf(stderr, "kvlm: interrupted after %zu %s; session '%s' was saved with them\n", n_generated,
+                     n_generated == 1 ? "token" : "tokens", name.c_str());
+        return 130;
+    }
+    if (!options.quiet) report_cut_short(engine, result, "");
+    if (options.verbose) {
+        print_stats(engine, result, "", setup_seconds);
+        print_pool_stats(engine, result.logits_hash);
+    }
+    return 0;
+}
+
 }  // namespace
 
 int cmd_run(const RunOptions& options) {
@@ -141,22 +200,7 @@ int cmd_run(const RunOptions& options) {
     }
     if (options.verbose) std::fprintf(stderr, "kvlm: seed %llu\n", (unsigned long long)options.sampling.seed);
     double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
-    if (!options.session.name.empty()) {  // restore, generate, save: cli/session.cpp
-        bool newline_last = true;
-        auto write_text = [&](const std::string& text) {
-            write_stdout(text);
-            newline_last = text.back() == '\n';
-        };
-        GenerationResult result = chat_session ? run_chat_session_turn(engine, options, prompt, write_text)
-                                               : run_session_turn(engine, options, prompt, prompt_ids, write_text);
-        if (!newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
-        if (!options.quiet) report_cut_short(engine, result, "");
-        if (options.verbose) {
-            print_stats(engine, result, "", setup_seconds);
-            print_pool_stats(engine, result.logits_hash);
-        }
-        return 0;
-    }
+    if (!options.session.name.empty()) return run_with_session(engine, options, prompt, prompt_ids, setup_seconds);
     run_samples(engine, options, prompt_ids, setup_seconds);
     return 0;
 }

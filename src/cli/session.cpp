@@ -205,7 +205,8 @@ int cmd_session(const SessionOptions& options) {
 }
 
 GenerationResult run_session_turn(Engine& engine, const RunOptions& options, const std::string& prompt,
-                                  const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text) {
+                                  const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text,
+                                  const std::atomic<bool>* cancel) {
     if (options.n_samples != 1) throw_error("--samples with --session is not supported");
     const std::string& name = options.session.name;
     SessionStore store(session_store_dir(options.session.dir));
@@ -234,7 +235,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         std::vector<int32_t> prompt_ids = tokens_to_prefill(engine, seq, restored, new_ids);
         int32_t n_restored = seq.table.n_tokens;
         Sampler sampler(options.sampling);
-        result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text);
+        result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text, cancel);
         result.n_restored = n_restored;
         result.n_prompt += n_restored;
         auto save_start = Clock::now();
@@ -260,7 +261,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
 }
 
 GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options, const std::string& message,
-                                       const TextCallback& on_text) {
+                                       const TextCallback& on_text, const std::atomic<bool>* cancel) {
     if (options.n_samples != 1) throw_error("--samples with --session is not supported");
     const std::string& name = options.session.name;
     ChatSession chat(engine, chat_template_for_session(engine, options.chat_template, options.session),
@@ -275,7 +276,7 @@ GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options
     ChatStore store(options.session);
     if (store.open(name, engine, chat)) check_continued_system_prompt(chat, options.system, name);
     Sampler sampler(options.sampling);
-    GenerationResult result = chat.send(message, options.n_predict, sampler, on_text);
+    GenerationResult result = chat.send(message, options.n_predict, sampler, on_text, cancel);
     store.save(engine, chat);
     return result;
 }

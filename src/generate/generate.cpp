@@ -15,7 +15,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
-Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt) {
+Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, const std::atomic<bool>* cancel) {
     PrefixCache& cache = engine.prefix_cache();
     const int32_t n_vocab = engine.model().config().n_vocab;
     const int32_t n_ctx = engine.n_ctx();
@@ -44,13 +44,20 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
     const int32_t n_rest = result.n_prompt - result.n_reused;
     try {
         cache.reserve(seq, seq.table.n_tokens + n_rest);
-        engine.backend().forward(prompt.data() + result.n_reused, n_rest, seq.table.n_tokens, seq.table,
-                                 result.logits.data());
+        const int32_t chunk = cancel ? kPrefillChunkTokens : std::max(n_rest, 1);
+        for (int32_t done = 0; done < n_rest; done += chunk) {
+            if (cancel && cancel->load())
+                throw PrefillInterrupted(fmt::format("interrupted while reading the prompt ({} of {} tokens done)",
+                                                     done, n_rest));
+            const int32_t n = std::min(chunk, n_rest - done);
+            engine.backend().forward(prompt.data() + result.n_reused + done, n, seq.table.n_tokens, seq.table,
+                                     result.logits.data());
+            seq.table.n_tokens += n;
+        }
     } catch (...) {
         cache.truncate(seq, n_before);  // undoes attach_prefix and releases what reserve added
         throw;
     }
-    seq.table.n_tokens += n_rest;
     seq.tokens.insert(seq.tokens.end(), prompt.begin() + result.n_reused, prompt.end());
     cache.commit(seq);
     result.n_prefilled = n_rest;
@@ -122,7 +129,7 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
 
 GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,
                           Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel) {
-    Prefill p = prefill(engine, seq, prompt);
+    Prefill p = prefill(engine, seq, prompt, cancel);
     GenerationResult result = decode(engine, seq, std::move(p.logits), n_predict, sampler, on_text, cancel);
     result.n_prompt = p.n_prompt;
     result.n_reused = p.n_reused;

@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "generate/sampler.h"
 #include "kv/prefix_cache.h"
+#include "util/error.h"
 
 namespace kvlm {
 
@@ -46,11 +47,23 @@ struct Prefill {
     double seconds = 0;
 };
 
+// Thrown by prefill when `cancel` was set while it ran (Ctrl-C during a long paste); seq is unchanged.
+class PrefillInterrupted : public Error {
+public:
+    using Error::Error;
+};
+
+// Tokens per forward call of an interruptible prefill: `cancel` is polled between chunks, so Ctrl-C
+// during a 6,000-token prompt is honoured within one chunk's time, not when the whole prompt is done.
+constexpr int32_t kPrefillChunkTokens = 512;
+
 // Appends `prompt` to `seq` (which may already hold tokens: a continuation, or blocks a session restored)
 // and runs what the pool does not hold through the model, committing completed blocks to the prefix
 // cache. A fresh seq first maps the cached prefix of the prompt (PrefixCache::attach_prefix). Throws
-// Error (prompt empty, past the context, bad ids, KV cache full) with seq unchanged.
-Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt);
+// Error (prompt empty, past the context, bad ids, KV cache full) with seq unchanged. With `cancel`, the
+// prompt goes through in chunks of kPrefillChunkTokens and a set flag throws PrefillInterrupted.
+Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt,
+                const std::atomic<bool>* cancel = nullptr);
 
 // Samples from `logits` (the last token of seq) and decodes on top of seq. history for the sampler
 // (repetition penalty, BOS handling) is seq.tokens. n_predict < 0: until end of generation or a full

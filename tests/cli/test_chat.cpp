@@ -389,6 +389,23 @@ TEST_CASE("chat: a continued session keeps its system prompt; another --system i
                                           "--chat-template gives builtin 'zephyr'") != std::string::npos,
                   other_template.err);
 
+    // stories260K has no chat template of its own: without the flag, both commands continue the session
+    // with the template it was saved with (they used to ask for one), and the message names the way on.
+    CHECK_MESSAGE(contains(other_template.err, "drop --chat-template to continue it with its own"), other_template.err);
+    std::vector<std::string> no_flag = with({});
+    no_flag.erase(no_flag.begin(), no_flag.begin() + 2);  // "--chat-template", "chatml"
+    CliResult chat_without = chat(stories(), "Then\n", no_flag);
+    CHECK_MESSAGE(chat_without.exit_code == 0, chat_without.err);
+    CHECK_MESSAGE(contains(chat_without.err, "continuing session 's'"), chat_without.err);
+    CliResult run_without = run_kvlm({"run", "-m", stories(), "--chat", "-p", "Then", "--temp", "0", "-n", "8", "-c",
+                                      "512", "--session", "s", "--session-dir", dir.path()});
+    CHECK_MESSAGE(run_without.exit_code == 0, run_without.err);
+    // A new session on it still needs a template.
+    CliResult fresh = run_kvlm({"run", "-m", stories(), "--chat", "-p", "Then", "-n", "8", "--session", "new",
+                                "--session-dir", dir.path()});
+    CHECK(fresh.exit_code != 0);
+    CHECK_MESSAGE(contains(fresh.err, "the model has no chat template; choose one with --chat-template"), fresh.err);
+
     CliResult stray = run_kvlm({"run", "-m", stories(), "-p", "x", "--chat-template", "chatml"});
     CHECK(stray.exit_code != 0);
     CHECK_MESSAGE(stray.err.find("--chat-template needs --chat") != std::string::npos, stray.err);
@@ -755,4 +772,26 @@ TEST_CASE("chat: each sampled answer draws its own seed, and the same --seed rep
                         out.substr(0, third) == out.substr(2 * third);
     CHECK_MESSAGE(!three_copies, out);
     CHECK(run_kvlm(args, input).out == out);
+}
+
+TEST_CASE("chat: Ctrl-C during a long prompt's prefill is honoured within a chunk, the session unchanged") {
+    std::string model = smollm2();
+    if (model.empty()) return;
+    TempDir dir;
+    std::string paste;
+    for (int i = 0; i < 120; i++) paste += "The quick brown fox jumps over the lazy dog near the river bank. ";
+    write_file(dir.file("paste"), paste);  // about 1,700 tokens: seconds of prefill on the CPU
+    // -v prints the device line when the model is loaded; the prefill starts right after it.
+    const std::string command =
+        kvlm_command({"run", "-m", model, "--chat", "-n", "4", "--temp", "0", "-v", "--session", "s", "--session-dir",
+                      dir.path()}) +
+        " <" + dir.file("paste") + " 2>" + dir.file("err") + " & pid=$!; until grep -q 'kvlm: device' " +
+        dir.file("err") + " 2>/dev/null; do sleep 0.05; done; sleep 0.5; kill -INT $pid; start=$(date +%s%N); " +
+        "wait $pid; echo \"status $? after $(( ($(date +%s%N) - start) / 1000000 )) ms\"";
+    CliResult r = run_shell(command);
+    const std::string err = read_file(dir.file("err"));
+    CHECK_MESSAGE(contains(r.out, "status 130"), std::string(r.out + err));
+    CHECK_MESSAGE(contains(err, "kvlm: interrupted while reading the prompt ("), err);
+    CHECK_MESSAGE(contains(err, "nothing was generated, and session 's' is unchanged"), err);
+    CHECK(!std::filesystem::exists(dir.file("sessions/s.manifest")));
 }

@@ -544,3 +544,46 @@ TEST_CASE("session cli: kill -9 at random moments leaves the previous or the new
     CHECK(run_kvlm({"session", "gc", "--session-dir", dir.path()}).exit_code == 0);
     CHECK(SessionStore(dir.path()).verify("").problems.empty());
 }
+
+TEST_CASE("session cli: a closed pipe or Ctrl-C during run --session saves what was generated and says so") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir;
+    SUBCASE("a reader that goes away (SIGPIPE)") {
+        CliResult r = run_shell(kvlm_command({"run", "-m", stories(), "-p", "Once upon a time", "-n", "300", "--temp",
+                                              "0", "--session", "p", "--session-dir", dir.path()}) +
+                                " | head -c 5; echo \" status ${PIPESTATUS[0]}\"");
+        CHECK_MESSAGE(contains(r.out, " status 141"), r.out);  // the usual status of a closed pipe
+        std::smatch m;
+        REQUIRE_MESSAGE(std::regex_search(r.err, m, std::regex("kvlm: stopped after (\\d+) tokens?: writing output: "
+                                                               "Broken pipe; session 'p' was saved with them")),
+                        r.err);
+        CHECK(r.err.find("error:") == std::string::npos);
+        SessionManifest saved = SessionStore(dir.path()).load_manifest("p");
+        CHECK(saved.tokens.size() == 5 + std::stoul(m[1].str()));  // BOS + 4 prompt tokens + what was generated
+        CHECK(run_turn(dir.path(), "p", " Then").exit_code == 0);  // and it continues
+    }
+    SUBCASE("a full disk on stdout") {
+        CliResult r = run_shell(kvlm_command({"run", "-m", stories(), "-p", "Once upon a time", "-n", "30", "--temp",
+                                              "0", "--session", "f", "--session-dir", dir.path()}) +
+                                " >/dev/full");
+        CHECK(r.exit_code == 1);
+        CHECK_MESSAGE(contains(r.err, "writing output: No space left on device"), r.err);
+        CHECK_MESSAGE(contains(r.err, "session 'f' was saved with them"), r.err);
+        CHECK(SessionStore(dir.path()).has_session("f"));
+    }
+    SUBCASE("Ctrl-C during generation, even on a first turn") {
+        // SIGINT once text has appeared (the handler is installed by then): generation stops at a token.
+        CliResult r = run_shell(kvlm_command({"run", "-m", stories(), "-p", "", "-n", "100000", "-c", "2048",
+                                              "--temp", "0", "--session", "i", "--session-dir", dir.path()}) +
+                                " >" + dir.file("out") + " & pid=$!; while [ ! -s " + dir.file("out") +
+                                " ]; do sleep 0.01; done; kill -INT $pid; wait $pid; echo \"status $?\"");
+        CHECK_MESSAGE(contains(r.out, "status 130"), std::string(r.out + r.err));
+        std::smatch m;
+        REQUIRE_MESSAGE(std::regex_search(r.err, m, std::regex("kvlm: interrupted after (\\d+) tokens?; session 'i' "
+                                                               "was saved with them")),
+                        r.err);
+        SessionManifest saved = SessionStore(dir.path()).load_manifest("i");
+        CHECK(saved.tokens.size() == 1 + std::stoul(m[1].str()));  // BOS + what was generated
+        CHECK(read_file(dir.file("out")).size() > 0);
+    }
+}
