@@ -448,7 +448,7 @@ TEST_CASE("ModelWriter cleans up and reports bad use") {
     CHECK(std::filesystem::is_empty(dir.path()));
 
     CHECK_THROWS_WITH_AS(ModelWriter(dir.file("no/such/dir/m.kvlm"), m.metadata, m.tensors),
-                         doctest::Contains("no/such/dir/m.kvlm: cannot create file"), Error);
+                         doctest::Contains("no/such/dir/m.kvlm: cannot create the file: No such file or directory"), Error);
 
     std::vector<TensorInfo> bad = m.tensors;
     bad[0].n_bytes = 7;
