@@ -69,6 +69,8 @@ LoadedChatTemplate load_chat_template(const Engine& engine, const std::string& o
 
 ChatSession::ChatSession(Engine& engine, LoadedChatTemplate chat_template, std::string system)
     : engine_(engine), template_(std::move(chat_template)) {
+    context_full_advice_ = "/undo drops the last exchange, /reset starts a new conversation";
+    if (engine.n_ctx() < engine.model().config().n_ctx) context_full_advice_ += " (or restart with a larger -c)";
     reset(system);
 }
 
@@ -217,12 +219,7 @@ std::vector<uint8_t> ChatSession::encode_state() const {
 
 void ChatSession::adopt(Sequence& seq, std::vector<int32_t> transcript, const std::vector<uint8_t>& state,
                         const std::string& source) {
-    // The codec checks the structure (undo points against the state's own transcript length); the binding
-    // to this transcript can only be checked here.
-    ChatState decoded = decode_chat_state(state.data(), state.size(), source);
-    if (decoded.transcript_hash != chat_transcript_hash(transcript) || decoded.n_transcript_tokens != transcript.size())
-        throw_error("{}: belongs to another transcript ({} tokens) than the session's ({} tokens)", source,
-                    decoded.n_transcript_tokens, transcript.size());
+    ChatState decoded = decode_chat_state_of(state, source, transcript);
     LoadedChatTemplate chat_template = template_;
     if (decoded.version >= 2 && decoded.template_source != template_.source) {
         if (template_.chosen)

@@ -95,8 +95,7 @@ private:
     std::string pending_text_;         // rendered template text after the last reply, not yet tokenized
     std::vector<Turn> turns_;
     int32_t n_restored_ = 0;           // K/V tokens from disk not yet reported in a turn's result
-    std::string context_full_advice_ =
-        "/undo drops the last exchange, /reset starts a new conversation (or restart with a larger -c)";
+    std::string context_full_advice_;  // set by the constructor: a larger -c only where the model allows it
 };
 
 }  // namespace kvlm

@@ -111,4 +111,13 @@ ChatState decode_chat_state(const uint8_t* data, size_t size, const std::string&
     return s;
 }
 
+ChatState decode_chat_state_of(const std::vector<uint8_t>& bytes, const std::string& source,
+                               const std::vector<int32_t>& transcript) {
+    ChatState state = decode_chat_state(bytes.data(), bytes.size(), source);
+    if (state.transcript_hash != chat_transcript_hash(transcript) || state.n_transcript_tokens != transcript.size())
+        throw_error("{}: belongs to another transcript ({} tokens) than the session's ({} tokens)", source,
+                    state.n_transcript_tokens, transcript.size());
+    return state;
+}
+
 }  // namespace kvlm

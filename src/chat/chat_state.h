@@ -53,4 +53,9 @@ std::vector<uint8_t> encode_chat_state(const ChatState& state);
 // itself: the caller compares transcript_hash and n_transcript_tokens with it.
 ChatState decode_chat_state(const uint8_t* data, size_t size, const std::string& source);
 
+// decode_chat_state, then the binding: an Error naming `source` unless the state's transcript hash and
+// length are those of `transcript`.
+ChatState decode_chat_state_of(const std::vector<uint8_t>& bytes, const std::string& source,
+                               const std::vector<int32_t>& transcript);
+
 }  // namespace kvlm

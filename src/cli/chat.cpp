@@ -307,8 +307,6 @@ int cmd_chat(const ChatOptions& options) {
     Engine engine(options.engine.model_path, engine_options);
     if (options.verbose) std::fprintf(stderr, "kvlm: seed %llu\n", (unsigned long long)options.sampling.seed);
     ChatSession chat(engine, chat_template_for_session(engine, options.chat_template, options.session), system);
-    if (engine.n_ctx() >= engine.model().config().n_ctx)  // no larger -c to suggest
-        chat.set_context_full_advice("/undo drops the last exchange, /reset starts a new conversation");
     warn_dropped_bytes(engine.tokenizer(), system, "the system prompt");
 
     ChatStore store(options.session);

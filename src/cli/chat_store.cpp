@@ -32,7 +32,7 @@ bool ChatStore::open(const std::string& name, Engine& engine, ChatSession& chat)
                             "has no messages ({} is missing); continue it with `kvlm run --session {}`, or use "
                             "another name",
                             name, state_path(name), name);
-            check_chat_state(name, path, state, restored.transcript);
+            load_chat_state(name, path, state, restored.transcript);  // a damaged file names the way out
             chat.adopt(seq, restored.transcript, state, path);
         }
     } catch (...) {
@@ -124,8 +124,7 @@ LoadedChatTemplate chat_template_for_session(const Engine& engine, const std::st
     std::string path;
     std::vector<uint8_t> bytes;
     if (!read_chat_state_file(store, session.name, manifest.tokens, &path, &bytes)) return load_chat_template(engine, flag);
-    check_chat_state(session.name, path, bytes, manifest.tokens);
-    ChatState state = decode_chat_state(bytes.data(), bytes.size(), path);
+    ChatState state = load_chat_state(session.name, path, bytes, manifest.tokens);
     if (state.template_source.empty()) return load_chat_template(engine, flag);  // saved by an older kvlm
     try {
         return {ChatTemplate::parse(state.template_source), state.template_name, state.template_source, false};
@@ -134,13 +133,10 @@ LoadedChatTemplate chat_template_for_session(const Engine& engine, const std::st
     }
 }
 
-void check_chat_state(const std::string& name, const std::string& path, const std::vector<uint8_t>& bytes,
-                      const std::vector<int32_t>& transcript) {
+ChatState load_chat_state(const std::string& name, const std::string& path, const std::vector<uint8_t>& bytes,
+                          const std::vector<int32_t>& transcript) {
     try {
-        ChatState state = decode_chat_state(bytes.data(), bytes.size(), path);
-        if (state.transcript_hash != chat_transcript_hash(transcript) || state.n_transcript_tokens != transcript.size())
-            throw_error("{}: belongs to another transcript ({} tokens) than the session's ({} tokens)", path,
-                        state.n_transcript_tokens, transcript.size());
+        return decode_chat_state_of(bytes, path, transcript);
     } catch (const Error& e) {
         // Nothing in the file can be trusted, so no flag continues the conversation; removing it always works.
         throw_error("session '{}' cannot be continued: its messages are damaged ({}); `kvlm session show {}` prints "
@@ -156,9 +152,8 @@ bool read_chat_state_file(const SessionStore& store, const std::string& name, co
     *path = store.chat_path(name) + ".new";
     if (read_whole_file(*path, bytes)) {
         try {
-            if (decode_chat_state(bytes->data(), bytes->size(), *path).transcript_hash ==
-                chat_transcript_hash(transcript))
-                return true;
+            decode_chat_state_of(*bytes, *path, transcript);
+            return true;
         } catch (const Error&) {
         }
     }

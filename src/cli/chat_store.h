@@ -5,6 +5,7 @@
 #include <string>
 
 #include "chat/chat_session.h"
+#include "chat/chat_state.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "session/session_run.h"
@@ -52,10 +53,10 @@ bool read_chat_state_file(const SessionStore& store, const std::string& name, co
 // continues without the flag. Throws Error as load_chat_template does when there is none of these.
 LoadedChatTemplate chat_template_for_session(const Engine& engine, const std::string& flag, const SessionFlags& session);
 
-// Throws Error if `bytes` (the chat state file at `path` of session `name`) is damaged or belongs to
-// another transcript, naming the commands that get out of it (`kvlm session show` / `rm`).
-void check_chat_state(const std::string& name, const std::string& path, const std::vector<uint8_t>& bytes,
-                      const std::vector<int32_t>& transcript);
+// The state in `bytes` (the chat state file at `path` of session `name`); if it is damaged or belongs to
+// another transcript, an Error naming the commands that get out of it (`kvlm session show` / `rm`).
+ChatState load_chat_state(const std::string& name, const std::string& path, const std::vector<uint8_t>& bytes,
+                          const std::vector<int32_t>& transcript);
 
 // A continued chat keeps the system prompt it has; `requested` (--system, "" = none given) that differs is
 // an Error, not silently ignored.

@@ -142,10 +142,9 @@ int run_with_session(Engine& engine, const RunOptions& options, const std::strin
             stop.store(true);
         }
     };
-    bool chat_session = options.chat;
     GenerationResult result;
     try {
-        result = chat_session ? run_chat_session_turn(engine, options, prompt, write_text, &stop)
+        result = options.chat ? run_chat_session_turn(engine, options, prompt, write_text, &stop)
                               : run_session_turn(engine, options, prompt, prompt_ids, write_text, &stop);
     } catch (const PrefillInterrupted& e) {
         std::fprintf(stderr, "kvlm: %s: nothing was generated, and session '%s' is unchanged\n", e.what(),

@@ -77,9 +77,7 @@ void print_chat_state(const SessionStore& store, const std::string& name, const 
     if (!read_chat_state_file(store, name, manifest.tokens, &path, &bytes)) return;
     ChatState state;
     try {
-        state = decode_chat_state(bytes.data(), bytes.size(), path);
-        if (state.transcript_hash != chat_transcript_hash(manifest.tokens))
-            throw_error("{}: belongs to another transcript than the manifest's", path);
+        state = decode_chat_state_of(bytes, path, manifest.tokens);
     } catch (const Error& e) {
         std::printf("chat:      unreadable: %s\n", e.what());
         return;
@@ -99,10 +97,7 @@ int session_show(SessionStore& store, const SessionOptions& options) {
     SessionManifest m = store.load_manifest(options.name);
     const SessionIdentity& id = m.identity;
     std::printf("session:   %s\n", options.name.c_str());
-    std::printf("model:     %s\n", id.model_description.empty()
-                                        ? id.model_fingerprint.c_str()
-                                        : fmt::format("{}, fingerprint {}", id.model_description,
-                                                      id.model_fingerprint).c_str());
+    std::printf("model:     %s\n", model_text(id).c_str());
     std::printf("KV:        %s, %d layers x %d KV heads x head_dim %d, block size %d\n", dtype_name(id.kv_dtype),
                 id.n_layers, id.n_kv_heads, id.head_dim, id.block_size);
     std::printf("RoPE:      theta %g, scaling %s (factor %g)\n", id.rope_theta, id.rope_scaling.type.c_str(),
@@ -144,9 +139,7 @@ void verify_chat_states(const SessionStore& store, const std::string& only, Veri
         std::vector<uint8_t> bytes;
         if (!read_chat_state_file(store, name, manifest.tokens, &path, &bytes)) continue;
         try {
-            ChatState state = decode_chat_state(bytes.data(), bytes.size(), path);
-            if (state.transcript_hash != chat_transcript_hash(manifest.tokens))
-                throw_error("{}: belongs to another transcript than the manifest's", path);
+            decode_chat_state_of(bytes, path, manifest.tokens);
         } catch (const Error& e) {
             report->problems.push_back(fmt::format("{}: chat messages: {} (`kvlm session rm {}` deletes the session)",
                                                    name, e.what(), name));

@@ -56,20 +56,19 @@ std::string float_text(float v) { return fmt::format("{}", v); }
 
 uint64_t payload_checksum(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
+std::string model_text(const SessionIdentity& id) {
+    return id.model_description.empty() ? fmt::format("fingerprint {}", id.model_fingerprint)
+                                        : fmt::format("{}, fingerprint {}", id.model_description, id.model_fingerprint);
+}
+
 std::string identity_mismatch(const SessionIdentity& s, const SessionIdentity& r) {
     auto diff = [](const char* field, const std::string& a, const std::string& b, const char* flag = nullptr) {
         std::string text = fmt::format("{}: session has {}, this run has {}", field, a, b);
         if (flag) text += fmt::format(" (run with {} {} to continue it)", flag, a);
         return text;
     };
-    if (s.model_fingerprint != r.model_fingerprint) {
-        auto model = [](const SessionIdentity& id) {
-            return id.model_description.empty()
-                       ? fmt::format("fingerprint {}", id.model_fingerprint)
-                       : fmt::format("{}, fingerprint {}", id.model_description, id.model_fingerprint);
-        };
-        return fmt::format("model: session was saved with {}; this run has {}", model(s), model(r));
-    }
+    if (s.model_fingerprint != r.model_fingerprint)
+        return fmt::format("model: session was saved with {}; this run has {}", model_text(s), model_text(r));
     if (s.kv_dtype != r.kv_dtype) return diff("KV dtype", dtype_name(s.kv_dtype), dtype_name(r.kv_dtype), "--kv-dtype");
     if (s.n_layers != r.n_layers) return diff("KV layout n_layers", std::to_string(s.n_layers), std::to_string(r.n_layers));
     if (s.n_kv_heads != r.n_kv_heads)

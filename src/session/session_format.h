@@ -31,6 +31,10 @@ struct SessionIdentity {
     RopeScaling rope_scaling;
 };
 
+// The model an identity names, for messages: "stories.kvlm (llama, from GGUF ...), fingerprint 5d1c..."
+// ("fingerprint 5d1c..." alone for a version-1 manifest, which has no description).
+std::string model_text(const SessionIdentity& identity);
+
 // Returns "" if `saved` can be restored by a run with `running`, otherwise the first differing field with
 // both values ("block size: session has 16, running model has 32").
 std::string identity_mismatch(const SessionIdentity& saved, const SessionIdentity& running);
