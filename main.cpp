@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <optional>
 
 #include "cli/cli.h"
 #include "import/convert.h"
@@ -14,16 +15,26 @@ using namespace kvlm;
 static const char* const kSessionDirHelp =
     "Session store (default: $KVLM_SESSION_DIR, else $XDG_CACHE_HOME/kvlm, else ~/.cache/kvlm)";
 
-static void add_sampling_flags(CLI::App* app, SamplingParams& s, std::string* seed) {
-    app->add_option("--temp", s.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-    app->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
-    app->add_option("--top-p", s.top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
-    app->add_option("--min-p", s.min_p, "Drop tokens below min-p x the top probability (0 = off)")
-        ->capture_default_str();
-    app->add_option("--repeat-penalty", s.repeat_penalty, "Penalty for recently seen tokens (1 = off)")
-        ->capture_default_str();
-    app->add_option("--repeat-last-n", s.repeat_last_n, "How many recent tokens the penalty considers")
-        ->capture_default_str();
+// Each sampling flag left out takes the model file's default (kvlm inspect shows them), else kvlm's.
+template <typename T>
+static void add_sampling_option(CLI::App* app, const char* name, std::optional<T>& value, const std::string& help) {
+    app->add_option_function<T>(name, [&value](const T& v) { value = v; }, help);
+}
+
+static void add_sampling_flags(CLI::App* app, SamplingSettings& s, std::string* seed) {
+    const SamplingParams kvlm_defaults;
+    auto otherwise = [](auto value) { return fmt::format(" (default: the model's, else {})", value); };
+    add_sampling_option(app, "--temp", s.temperature, "Sampling temperature; 0 = greedy" + otherwise(kvlm_defaults.temperature));
+    add_sampling_option(app, "--top-k", s.top_k, "Keep the k most likely tokens (0 = off)" + otherwise(kvlm_defaults.top_k));
+    add_sampling_option(app, "--top-p", s.top_p, "Nucleus sampling threshold (1 = off)" + otherwise(kvlm_defaults.top_p));
+    add_sampling_option(app, "--min-p", s.min_p,
+                        "Drop tokens below min-p x the top probability (0 = off)" + otherwise(kvlm_defaults.min_p));
+    add_sampling_option(app, "--repeat-penalty", s.repeat_penalty,
+                        fmt::format("Penalty for recently seen tokens (1 = off; default: the model's, else {} when "
+                                    "sampling, 1 when greedy)",
+                                    kDefaultSamplingRepeatPenalty));
+    add_sampling_option(app, "--repeat-last-n", s.repeat_last_n,
+                        "How many recent tokens the penalty considers" + otherwise(kvlm_defaults.repeat_last_n));
     app->add_option("--seed", *seed, "Random seed (default or -1: random; same seed = same output)");
 }
 
@@ -82,6 +93,9 @@ int main(int argc, char** argv) {
     convert_cmd->add_option("--seed", convert.seed, "Seed for --synthetic")->capture_default_str();
     convert_cmd->add_flag("-q,--quiet", convert.quiet, "No progress output");
     convert_cmd->add_flag("--force", convert.force, "Replace an existing output file that is not a .kvlm model");
+    convert_cmd->add_option("--sampling", convert.sampling,
+                            "Recommended sampling defaults to store, over the source's: temp=0.2,top-p=0.9,top-k=40,"
+                            "min-p=0.05,repeat-penalty=1.1,repeat-last-n=64 (any subset)");
 
     InspectOptions inspect;
     auto* inspect_cmd = app.add_subcommand("inspect", "Show a .kvlm model's metadata, tensors and KV-cache planning");
@@ -113,12 +127,15 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--system", run.system, "System prompt (with --chat)");
     run_cmd->add_option("--chat-template", run.chat_template,
                         "With --chat: a builtin template name (chatml, llama3, ...) or a Jinja file (default: the model's)");
+    run_cmd->add_flag("--no-special", run.no_special,
+                      "Special-token text in the prompt (with --chat: in the messages) stays plain text (default: "
+                      "it becomes special tokens, as Hugging Face does)");
     run_cmd->add_flag("-v,--verbose", run.verbose, "Print timings and KV-cache stats on stderr");
     run_cmd->add_flag("-q,--quiet", run.quiet, "Print nothing on stderr but errors");
     run_cmd->add_option("--samples", run.n_samples,
                         "Completions of the same prompt, prefilled once (sample i seeded seed+i-1)")
         ->capture_default_str();
-    add_sampling_flags(run_cmd, run.sampling, &run_seed);
+    add_sampling_flags(run_cmd, run.sampling_flags, &run_seed);
     add_session_flags(run_cmd, run.session,
                       "Continue session NAME (restore its KV), then save it; with --chat the prompt is its next message",
                       "Session store size cap, LRU-evicted (default 4GiB)");
@@ -148,9 +165,12 @@ int main(int argc, char** argv) {
     chat_cmd->add_option("--chat-template", chat.chat_template, "Builtin template name (chatml, llama3, ...) or a Jinja file");
     chat_cmd->add_option("-n,--n-predict", chat.n_predict, "Max tokens per answer (-1: until end of turn or context)")
         ->capture_default_str();
+    chat_cmd->add_flag("--no-special", chat.no_special,
+                       "Special-token text in messages stays plain text (default: it becomes special tokens, as "
+                       "Hugging Face does); the template's own special tokens are unaffected");
     chat_cmd->add_flag("-v,--verbose", chat.verbose, "A stats line on stderr after each answer");
     chat_cmd->add_flag("--single", chat.single, "Piped stdin is one message (default: one message per line)");
-    add_sampling_flags(chat_cmd, chat.sampling, &chat_seed);
+    add_sampling_flags(chat_cmd, chat.sampling_flags, &chat_seed);
     add_session_flags(chat_cmd, chat.session, "Continue session NAME, saving it after every answer",
                       "Session store size cap (default 4GiB)");
 

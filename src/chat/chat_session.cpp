@@ -101,11 +101,51 @@ std::string render_chat(const Engine& engine, const LoadedChatTemplate& chat_tem
     }
 }
 
+std::vector<TextRange> message_text_ranges(const Engine& engine, const LoadedChatTemplate& chat_template,
+                                          const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                          const std::string& rendered) {
+    // Each message's text becomes a marker no template writes itself; the template's own text is what lies
+    // between the markers, and the real rendering must be that text with each message's text (or, for
+    // templates that trim, its trimmed text) in the markers' places.
+    std::vector<ChatMessage> marked = messages;
+    for (size_t i = 0; i < marked.size(); i++) marked[i].content = fmt::format("\x1fkvlm-message-{}\x1f", i);
+    const std::string with_markers = render_chat(engine, chat_template, marked, add_generation_prompt);
+    auto refuse = [&](size_t i, const char* what) {
+        throw_error("--no-special: {} {} the text of message {} ({}), so kvlm cannot keep the messages apart from "
+                    "the template's special tokens; leave out --no-special or use --chat-template chatml",
+                    template_phrase(chat_template.name), what, i + 1, messages[i].role);
+    };
+    std::vector<TextRange> ranges;
+    size_t marked_pos = 0, pos = 0;
+    for (size_t i = 0; i < marked.size(); i++) {
+        const size_t at = with_markers.find(marked[i].content, marked_pos);
+        if (at == std::string::npos) refuse(i, "does not write");
+        if (with_markers.find(marked[i].content, at + 1) != std::string::npos) refuse(i, "writes more than once");
+        const std::string_view before(with_markers.data() + marked_pos, at - marked_pos);
+        if (rendered.compare(pos, before.size(), before) != 0) refuse(i, "changes the text around");
+        pos += before.size();
+        marked_pos = at + marked[i].content.size();
+        const std::string& text = messages[i].content;
+        const std::string trimmed = trim(text);
+        const size_t length = rendered.compare(pos, text.size(), text) == 0         ? text.size()
+                              : rendered.compare(pos, trimmed.size(), trimmed) == 0 ? trimmed.size()
+                                                                                      : std::string::npos;
+        if (length == std::string::npos) refuse(i, "changes");
+        if (length > 0) ranges.push_back({pos, pos + length});
+        pos += length;
+    }
+    if (rendered.compare(pos, std::string::npos, with_markers, marked_pos, std::string::npos) != 0)
+        refuse(marked.size() - 1, "changes the text after");
+    return ranges;
+}
+
 std::vector<int32_t> first_chat_turn_tokens(const Engine& engine, const LoadedChatTemplate& chat_template,
-                                            const std::vector<ChatMessage>& messages) {
+                                            const std::vector<ChatMessage>& messages, bool plain_message_text) {
     const Tokenizer& tokenizer = engine.tokenizer();
     std::string text = render_chat(engine, chat_template, messages, true);
-    std::vector<int32_t> ids = tokenizer.encode(text, /*add_bos=*/false, /*parse_special=*/true);
+    std::vector<TextRange> plain;
+    if (plain_message_text) plain = message_text_ranges(engine, chat_template, messages, true, text);
+    std::vector<int32_t> ids = tokenizer.encode(text, /*add_bos=*/false, /*parse_special=*/true, plain);
     // Templates that spell out bos_token already start with it.
     if (tokenizer.data().add_bos && tokenizer.bos_id() >= 0 && (ids.empty() || ids[0] != tokenizer.bos_id()))
         ids.insert(ids.begin(), tokenizer.bos_id());
@@ -120,15 +160,22 @@ GenerationResult ChatSession::send(const std::string& text, int32_t n_predict, S
     std::string prompt_text = render(with_user, true);
     std::vector<int32_t> new_ids;
     if (transcript_.empty()) {
-        new_ids = first_chat_turn_tokens(engine_, template_, with_user);
+        new_ids = first_chat_turn_tokens(engine_, template_, with_user, plain_message_text_);
     } else {
         std::string old_text = render(messages_, false);
         if (!starts_with(prompt_text, old_text))
             throw_error("{}: rendering the conversation with the new message changes the text of earlier turns, "
                         "so it cannot be extended by appending tokens (try --chat-template chatml)",
                         template_.name);
+        // The new text starts with pending_text_ and continues at old_text.size() of prompt_text.
+        std::vector<TextRange> plain;
+        if (plain_message_text_)
+            for (TextRange r : message_text_ranges(engine_, template_, with_user, true, prompt_text))
+                if (r.begin >= old_text.size())
+                    plain.push_back({r.begin - old_text.size() + pending_text_.size(),
+                                     r.end - old_text.size() + pending_text_.size()});
         new_ids = tokenizer.encode(pending_text_ + prompt_text.substr(old_text.size()), /*add_bos=*/false,
-                                   /*parse_special=*/true);
+                                   /*parse_special=*/true, plain);
     }
 
     Turn turn{messages_.size(), transcript_.size(), pending_text_};

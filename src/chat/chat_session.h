@@ -31,11 +31,17 @@ LoadedChatTemplate load_chat_template(const Engine& engine, const std::string& o
 // template.
 std::string render_chat(const Engine& engine, const LoadedChatTemplate& chat_template,
                         const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+// Where each message's text lies in `rendered`, the rendering of `messages` (empty texts left out). Throws
+// Error naming the template when it does not write each message's text once, unchanged or trimmed.
+std::vector<TextRange> message_text_ranges(const Engine& engine, const LoadedChatTemplate& chat_template,
+                                          const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                          const std::string& rendered);
 // The tokens of a conversation's first turn: rendered with the generation prompt, BOS added where the model
 // wants one and the template did not write it. `kvlm run --chat` and a chat's first turn both use it, so
-// their first answers are the same.
+// their first answers are the same. plain_message_text (--no-special): text inside the messages never
+// becomes special tokens (the template's own still do).
 std::vector<int32_t> first_chat_turn_tokens(const Engine& engine, const LoadedChatTemplate& chat_template,
-                                            const std::vector<ChatMessage>& messages);
+                                            const std::vector<ChatMessage>& messages, bool plain_message_text);
 
 class ChatSession {
 public:
@@ -55,6 +61,8 @@ public:
     // The last user message again, after undo(); throws Error if there is no exchange.
     GenerationResult regenerate(int32_t n_predict, Sampler& sampler, const TextCallback& on_text,
                                 const std::atomic<bool>* cancel = nullptr);
+    // --no-special: text in later messages never becomes special tokens (default: it does, as in HF).
+    void set_plain_message_text(bool plain) { plain_message_text_ = plain; }
     // What a "context is full" Error from send() advises (default: the chat commands /undo and /reset).
     void set_context_full_advice(std::string advice) { context_full_advice_ = std::move(advice); }
     // A new conversation (same system prompt, or `system`).
@@ -96,6 +104,7 @@ private:
     std::vector<Turn> turns_;
     int32_t n_restored_ = 0;           // K/V tokens from disk not yet reported in a turn's result
     std::string context_full_advice_;  // set by the constructor: a larger -c only where the model allows it
+    bool plain_message_text_ = false;
 };
 
 }  // namespace kvlm

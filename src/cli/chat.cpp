@@ -185,6 +185,9 @@ private:
                 if (store_ && !store_->name().empty()) save_quietly();
             } else if (command == "/regenerate") {
                 if (chat_.n_exchanges() == 0) throw_error("/regenerate: there is no answer to regenerate yet");
+                if (options_.sampling.temperature <= 0)  // the model's default may be greedy (kvlm inspect)
+                    info("(greedy decoding gives the same answer again: start kvlm chat with --temp 0.7 for "
+                         "varied ones)");
                 answer([&](Sampler& sampler, const TextCallback& on_text) {
                     return chat_.regenerate(options_.n_predict, sampler, on_text, &g_interrupt);
                 });
@@ -288,7 +291,7 @@ private:
 
 int cmd_chat(const ChatOptions& options) {
     if (options.n_predict < -1) throw_error("-n: {} is not valid (use -1 for no limit)", options.n_predict);
-    check_sampling_params(options.sampling);
+    check_sampling_settings(options.sampling_flags);
     if (!options.system.empty() && !options.system_file.empty())
         throw_error("--system and --system-file cannot be combined");
     std::string system = options.system;
@@ -305,8 +308,10 @@ int cmd_chat(const ChatOptions& options) {
     engine_options.quiet = !options.verbose;
     engine_options.verbose = options.verbose;
     Engine engine(options.engine.model_path, engine_options);
-    if (options.verbose) std::fprintf(stderr, "kvlm: seed %llu\n", (unsigned long long)options.sampling.seed);
+    ChatOptions resolved = options;
+    resolved.sampling = resolve_run_sampling(engine, options.sampling_flags, options.sampling.seed, options.verbose);
     ChatSession chat(engine, chat_template_for_session(engine, options.chat_template, options.session), system);
+    chat.set_plain_message_text(options.no_special);
     warn_dropped_bytes(engine.tokenizer(), system, "the system prompt");
 
     ChatStore store(options.session);
@@ -321,7 +326,7 @@ int cmd_chat(const ChatOptions& options) {
     // On a terminal Ctrl-C stops an answer (or the prompt's prefill) and the chat goes on; piped, it ends kvlm.
     std::optional<InterruptScope> interrupts;
     if (isatty(STDIN_FILENO)) interrupts.emplace();
-    ChatCli cli(options, engine, chat, &store);
+    ChatCli cli(resolved, engine, chat, &store);
     return cli.run();
 }
 

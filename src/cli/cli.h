@@ -76,6 +76,11 @@ EngineOptions to_engine_options(const EngineFlags& flags, const SessionFlags* se
 // already the model's whole context, "the model's whole context" (no -c would help).
 std::string larger_context_advice(const Engine& engine);
 
+// The sampling values a run of `engine`'s model uses (resolve_sampling over the flags and the model file's
+// defaults, keeping `sampling.seed`); with `verbose`, says on stderr what they are and where each came from.
+SamplingParams resolve_run_sampling(const Engine& engine, const SamplingSettings& flags, uint64_t seed,
+                                    bool verbose);
+
 // All of stdin when it is piped, less the one newline `echo` adds; on a terminal, an Error saying
 // `no_input_message` (nothing is waited for).
 std::string read_piped_stdin(const std::string& no_input_message);
@@ -93,9 +98,11 @@ struct RunOptions {
     bool chat = false;
     std::string system;          // system prompt with --chat
     std::string chat_template;   // with --chat: builtin name or Jinja file; "" = the model's own
+    bool no_special = false;     // special-token text in the prompt (with --chat: in the messages) stays text
     bool verbose = false;
     bool quiet = false;
-    SamplingParams sampling;
+    SamplingSettings sampling_flags;  // the sampling flags given
+    SamplingParams sampling;     // what the run uses: seed from --seed; cmd_run resolves the rest (resolve_sampling)
     int32_t n_samples = 1;       // completions sharing the prompt's KV; sample i (0-based) is seeded seed + i
     SessionFlags session;        // continue and save session.name (docs/SESSIONS.md)
 };
@@ -122,9 +129,11 @@ struct ChatOptions {
     std::string system_file;     // --system-file F (exclusive with --system)
     std::string chat_template;   // builtin name or Jinja file; "" = the model's own
     int32_t n_predict = -1;      // per-answer token limit
+    bool no_special = false;     // special-token text in messages stays text (the template's own tokens do not)
     bool verbose = false;        // stats line on stderr after each answer
     bool single = false;         // piped stdin is one message, not one per line
-    SamplingParams sampling;
+    SamplingSettings sampling_flags;  // the sampling flags given
+    SamplingParams sampling;     // seed from --seed; cmd_chat resolves the rest (resolve_sampling)
     SessionFlags session;        // restore session.name at start, save it after each turn and on exit
 };
 int cmd_chat(const ChatOptions& options);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdio>
 #include <iostream>
 #include <iterator>
 #include <limits>
@@ -65,6 +66,16 @@ uint64_t seed_from_flag(const std::string& text) {
         throw_error("--seed: '{}' is not a seed (a whole number from 0 to {}, or -1 for a random one)", text,
                     std::numeric_limits<uint64_t>::max());
     return seed;
+}
+
+SamplingParams resolve_run_sampling(const Engine& engine, const SamplingSettings& flags, uint64_t seed,
+                                    bool verbose) {
+    const SamplingSettings& model_defaults = engine.model().metadata().sampling;
+    SamplingParams params = resolve_sampling(flags, model_defaults, seed);
+    if (verbose)
+        std::fprintf(stderr, "kvlm: sampling %s, seed %llu\n",
+                     describe_sampling(params, flags, model_defaults).c_str(), (unsigned long long)seed);
+    return params;
 }
 
 std::string read_piped_stdin(const std::string& no_input_message) {

@@ -113,6 +113,7 @@ void print_text(const ModelFile& model, const std::vector<std::pair<std::string,
     line(fmt::format("  add_bos {}, add_space_prefix {}", t.add_bos ? "yes" : "no", t.add_space_prefix ? "yes" : "no"));
     if (m.chat_template.empty()) line("chat template: none");
     else line(fmt::format("chat template: yes ({} bytes), first line: {}", m.chat_template.size(), first_line(m.chat_template)));
+    line(fmt::format("sampling defaults: {}", m.sampling.empty() ? "none (kvlm's apply)" : m.sampling.to_string()));
     line("");
 
     size_t name_width = 4;
@@ -166,6 +167,16 @@ void print_json(const ModelFile& model, const std::vector<std::pair<std::string,
                       {"stop_ids", t.stop_ids}, {"add_bos", t.add_bos}, {"add_space_prefix", t.add_space_prefix}};
     j["chat_template"] = {{"present", !m.chat_template.empty()}, {"bytes", m.chat_template.size()},
                           {"first_line", first_line(m.chat_template)}};
+    // Only the defaults the model file sets (run flags' names); {} when it sets none.
+    json sampling = json::object();
+    const SamplingSettings& d = m.sampling;
+    if (d.temperature) sampling["temp"] = *d.temperature;
+    if (d.top_k) sampling["top_k"] = *d.top_k;
+    if (d.top_p) sampling["top_p"] = *d.top_p;
+    if (d.min_p) sampling["min_p"] = *d.min_p;
+    if (d.repeat_penalty) sampling["repeat_penalty"] = *d.repeat_penalty;
+    if (d.repeat_last_n) sampling["repeat_last_n"] = *d.repeat_last_n;
+    j["sampling_defaults"] = sampling;
     json tensors = json::array();
     int64_t n_params = 0;
     uint64_t total = 0;

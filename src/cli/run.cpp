@@ -33,7 +33,8 @@ std::vector<int32_t> tokenize_prompt(const Engine& engine, const RunOptions& opt
         std::vector<ChatMessage> messages;
         if (!options.system.empty()) messages.push_back({"system", options.system});
         messages.push_back({"user", prompt});
-        return first_chat_turn_tokens(engine, load_chat_template(engine, options.chat_template), messages);
+        return first_chat_turn_tokens(engine, load_chat_template(engine, options.chat_template), messages,
+                                      options.no_special);
     }
     if (!options.system.empty()) throw_error("--system needs --chat");
     if (!options.chat_template.empty()) throw_error("--chat-template needs --chat");
@@ -41,7 +42,7 @@ std::vector<int32_t> tokenize_prompt(const Engine& engine, const RunOptions& opt
         if (tokenizer.bos_id() < 0) throw_error("empty prompt, and the model has no BOS token to start from");
         return {tokenizer.bos_id()};
     }
-    return tokenizer.encode(prompt, /*add_bos=*/true, /*parse_special=*/true);
+    return tokenizer.encode(prompt, /*add_bos=*/true, /*parse_special=*/!options.no_special);
 }
 
 // Stats of one completion on stderr (--verbose). `label` is "" for a single run, "sample i: " otherwise.
@@ -180,7 +181,7 @@ int cmd_run(const RunOptions& options) {
     if (options.n_predict < -1) throw_error("-n: {} is not valid (use -1 for no limit)", options.n_predict);
     if (options.verbose && options.quiet) throw_error("--verbose and --quiet cannot be combined");
     if (options.n_samples < 1) throw_error("--samples: {} is not valid (need at least 1)", options.n_samples);
-    check_sampling_params(options.sampling);
+    check_sampling_settings(options.sampling_flags);
     std::string prompt = read_prompt(options);
 
     EngineOptions engine_options = to_engine_options(options.engine, &options.session);
@@ -189,6 +190,8 @@ int cmd_run(const RunOptions& options) {
     engine_options.quiet = options.quiet;
     engine_options.verbose = options.verbose;
     Engine engine(options.engine.model_path, engine_options);
+    RunOptions resolved = options;
+    resolved.sampling = resolve_run_sampling(engine, options.sampling_flags, options.sampling.seed, options.verbose);
 
     // A chat session's turn is rendered against its saved messages (cli/session.cpp), not tokenized here.
     bool chat_session = options.chat && !options.session.name.empty();
@@ -197,10 +200,9 @@ int cmd_run(const RunOptions& options) {
         warn_dropped_bytes(engine.tokenizer(), prompt, "the prompt");
         warn_dropped_bytes(engine.tokenizer(), options.system, "--system");
     }
-    if (options.verbose) std::fprintf(stderr, "kvlm: seed %llu\n", (unsigned long long)options.sampling.seed);
     double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
-    if (!options.session.name.empty()) return run_with_session(engine, options, prompt, prompt_ids, setup_seconds);
-    run_samples(engine, options, prompt_ids, setup_seconds);
+    if (!options.session.name.empty()) return run_with_session(engine, resolved, prompt, prompt_ids, setup_seconds);
+    run_samples(engine, resolved, prompt_ids, setup_seconds);
     return 0;
 }
 

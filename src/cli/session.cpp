@@ -222,7 +222,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
     try {
         // A continuation appends the new text as-is (no BOS); the first turn tokenizes like a plain run.
         std::vector<int32_t> new_ids =
-            restored.existed ? engine.tokenizer().encode(prompt, /*add_bos=*/false, /*parse_special=*/true)
+            restored.existed ? engine.tokenizer().encode(prompt, /*add_bos=*/false, /*parse_special=*/!options.no_special)
                              : fresh_prompt_ids;
         if (restored.existed) check_session_fits(engine, name, restored.transcript.size(), new_ids.size());
         std::vector<int32_t> prompt_ids = tokens_to_prefill(engine, seq, restored, new_ids);
@@ -266,6 +266,7 @@ GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options
                           engine.model().config().n_ctx)
             : "the session is unchanged and holds the model's whole context: start a new conversation under another "
               "--session name");
+    chat.set_plain_message_text(options.no_special);
     ChatStore store(options.session);
     if (store.open(name, engine, chat)) check_continued_system_prompt(chat, options.system, name);
     Sampler sampler(options.sampling);

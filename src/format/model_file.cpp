@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "format/model_file_format.h"
 #include "util/error.h"
@@ -160,6 +161,14 @@ void write_metadata(Writer& out, const ModelMetadata& m) {
     add("tokenizer.add_space_prefix", ValueType::boolean).write_bool(t.add_space_prefix);
     add_string("chat_template", m.chat_template);
     add_string("source", m.source);
+    // Only the settings the source gave: an unset one falls through to kvlm's default at run time.
+    const SamplingSettings& d = m.sampling;
+    if (d.temperature) add("sampling.temp", ValueType::f32).write_f32(*d.temperature);
+    if (d.top_k) add("sampling.top_k", ValueType::i32).write_i32(*d.top_k);
+    if (d.top_p) add("sampling.top_p", ValueType::f32).write_f32(*d.top_p);
+    if (d.min_p) add("sampling.min_p", ValueType::f32).write_f32(*d.min_p);
+    if (d.repeat_penalty) add("sampling.repeat_penalty", ValueType::f32).write_f32(*d.repeat_penalty);
+    if (d.repeat_last_n) add("sampling.repeat_last_n", ValueType::i32).write_i32(*d.repeat_last_n);
 
     out.write_u32(uint32_t(records.size()));
     for (const Record& r : records) write_record(out, r.key, r.type, r.value);
@@ -226,6 +235,14 @@ public:
             size_t n = r->remaining();
             const uint8_t* p = r->read_bytes(n, key);
             *out = std::string(reinterpret_cast<const char*>(p), n);
+        }
+    }
+    template <typename T>
+    void read_optional(const char* key, std::optional<T>* out) {
+        T value{};
+        if (records_.count(key)) {
+            read(key, &value);
+            *out = value;
         }
     }
     void read(const char* key, std::vector<std::string>* out, bool required = true) {
@@ -300,11 +317,18 @@ ModelMetadata read_metadata(Reader& in, const std::string& path) {
     records.read("tokenizer.add_space_prefix", &t.add_space_prefix, false);
     records.read("chat_template", &m.chat_template, false);
     records.read("source", &m.source, false);
+    records.read_optional("sampling.temp", &m.sampling.temperature);
+    records.read_optional("sampling.top_k", &m.sampling.top_k);
+    records.read_optional("sampling.top_p", &m.sampling.top_p);
+    records.read_optional("sampling.min_p", &m.sampling.min_p);
+    records.read_optional("sampling.repeat_penalty", &m.sampling.repeat_penalty);
+    records.read_optional("sampling.repeat_last_n", &m.sampling.repeat_last_n);
     return m;
 }
 
 void validate_metadata(const ModelMetadata& m, const std::string& path) {
     m.config.validate(path);
+    check_sampling_settings(m.sampling, path + ": sampling defaults");
     const TokenizerData& t = m.tokenizer;
     const size_t n_vocab = size_t(m.config.n_vocab);
     if (t.type != "spm" && t.type != "bpe")

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "format/model_config.h"
+#include "format/sampling_settings.h"
 #include "format/tensor.h"
 #include "format/tokenizer_data.h"
 
@@ -31,6 +32,7 @@ struct ModelMetadata {
     TokenizerData tokenizer;
     std::string chat_template;  // Jinja text from the source, may be empty
     std::string source;         // free text: where it was converted from
+    SamplingSettings sampling;  // the source's recommended sampling defaults (any subset; not fingerprinted)
 };
 
 // The tensors a model with this config must contain, in canonical file order (token_embd, then per layer

@@ -2,8 +2,11 @@
 // Candidates are ordered by (logit desc, id asc), so ties resolve the same way on every run.
 #include "generate/sampler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "util/error.h"
 
@@ -49,17 +52,42 @@ int32_t checked_argmax(const float* logits, int32_t n_vocab, size_t n_history) {
 
 }  // namespace
 
-void check_sampling_params(const SamplingParams& p) {
-    if (!std::isfinite(p.temperature) || p.temperature < 0)
-        throw_error("--temp: {} is out of range (a finite number >= 0; 0 = greedy)", p.temperature);
-    if (p.top_k < 0) throw_error("--top-k: {} is out of range (0 = off, or 1 or more)", p.top_k);
-    if (!(p.top_p > 0 && p.top_p <= 1)) throw_error("--top-p: {} is out of range (above 0, at most 1; 1 = off)", p.top_p);
-    if (!(p.min_p >= 0 && p.min_p <= 1)) throw_error("--min-p: {} is out of range (0 to 1; 0 = off)", p.min_p);
-    if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty <= 0)
-        throw_error("--repeat-penalty: {} is out of range (a finite number above 0; 1 = off)", p.repeat_penalty);
-    if (p.repeat_last_n < -1)
-        throw_error("--repeat-last-n: {} is out of range (0 = off, -1 = every token so far, or 1 or more)",
-                    p.repeat_last_n);
+SamplingParams resolve_sampling(const SamplingSettings& flags, const SamplingSettings& model, uint64_t seed) {
+    const SamplingSettings s = overlay(model, flags);
+    SamplingParams p;
+    p.temperature = s.temperature.value_or(p.temperature);
+    p.top_k = s.top_k.value_or(p.top_k);
+    p.top_p = s.top_p.value_or(p.top_p);
+    p.min_p = s.min_p.value_or(p.min_p);
+    p.repeat_penalty = s.repeat_penalty.value_or(p.temperature > 0 ? kDefaultSamplingRepeatPenalty : 1.0f);
+    p.repeat_last_n = s.repeat_last_n.value_or(p.repeat_last_n);
+    p.seed = seed;
+    return p;
+}
+
+std::string describe_sampling(const SamplingParams& p, const SamplingSettings& flags, const SamplingSettings& model) {
+    // Only the values that act: greedy ignores top-k/p and min-p, a penalty of 1 its window.
+    std::vector<std::string> values, from_flags, from_model, from_kvlm;
+    auto add = [&](const char* name, const std::string& value, bool in_flags, bool in_model) {
+        values.push_back(fmt::format("{} {}", name, value));
+        (in_flags ? from_flags : in_model ? from_model : from_kvlm).push_back(name);
+    };
+    add("temp", fmt::format("{}{}", p.temperature, p.temperature <= 0 ? " (greedy)" : ""), bool(flags.temperature),
+        bool(model.temperature));
+    if (p.temperature > 0) {
+        add("top-k", fmt::format("{}", p.top_k), bool(flags.top_k), bool(model.top_k));
+        add("top-p", fmt::format("{}", p.top_p), bool(flags.top_p), bool(model.top_p));
+        add("min-p", fmt::format("{}", p.min_p), bool(flags.min_p), bool(model.min_p));
+    }
+    add("repeat-penalty", fmt::format("{}{}", p.repeat_penalty, p.repeat_penalty == 1.0f ? " (off)" : ""),
+        bool(flags.repeat_penalty), bool(model.repeat_penalty));
+    if (p.repeat_penalty != 1.0f)
+        add("repeat-last-n", fmt::format("{}", p.repeat_last_n), bool(flags.repeat_last_n), bool(model.repeat_last_n));
+    std::vector<std::string> sources;
+    if (!from_flags.empty()) sources.push_back(fmt::format("flags: {}", fmt::join(from_flags, ", ")));
+    if (!from_model.empty()) sources.push_back(fmt::format("the model file: {}", fmt::join(from_model, ", ")));
+    if (!from_kvlm.empty()) sources.push_back(fmt::format("kvlm's defaults: {}", fmt::join(from_kvlm, ", ")));
+    return fmt::format("{} (from {})", fmt::join(values, ", "), fmt::join(sources, "; "));
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}

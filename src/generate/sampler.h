@@ -3,10 +3,15 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "format/sampling_settings.h"
 
 namespace kvlm {
 
+// The values one generation uses. The initializers are kvlm's defaults (llama.cpp's), except the repeat
+// penalty: see resolve_sampling.
 struct SamplingParams {
     float temperature = 0.8f;     // <= 0: greedy
     int32_t top_k = 40;           // <= 0: off
@@ -17,9 +22,21 @@ struct SamplingParams {
     uint64_t seed = 0;            // fixed default so runs repeat; CLI may pass a random one
 };
 
-// Throws Error naming the flag (--temp, --top-k, ...) and its valid range when a value is out of it (NaN
-// and infinities included): a bad value must not silently mean "off" or sample garbage.
-void check_sampling_params(const SamplingParams& params);
+// kvlm's repeat penalty when neither the flags nor the model set one and the run samples: mild, so that a
+// small model at temperature 0.8 does not loop (llama.cpp's long-time default, Ollama's today).
+constexpr float kDefaultSamplingRepeatPenalty = 1.1f;
+
+// Each value from `flags` if set, else from the model file's `model_defaults`, else kvlm's default. The
+// default repeat penalty applies only when sampling: greedy decoding (temperature 0) stays the plain argmax
+// that the references are checked against, unless a penalty is asked for. Both sets must have passed
+// check_sampling_settings.
+SamplingParams resolve_sampling(const SamplingSettings& flags, const SamplingSettings& model_defaults,
+                                uint64_t seed);
+
+// One line for -v: the values that act and where each came from, e.g. "temp 0 (greedy), repeat-penalty 1
+// (off) (from the model file: temp; kvlm's defaults: repeat-penalty)".
+std::string describe_sampling(const SamplingParams& params, const SamplingSettings& flags,
+                              const SamplingSettings& model_defaults);
 
 class Sampler {
 public:

@@ -127,6 +127,8 @@ ConvertSummary convert_model(const ConvertOptions& o, bool show_progress) {
     const std::string source_name = o.synthetic.empty() ? o.source : "--synthetic " + o.synthetic;
     if (o.dtype.empty()) dtype = src.default_dtype;
     ModelMetadata& meta = src.metadata;
+    // Each setting --sampling gives replaces the source's; the others stay.
+    if (!o.sampling.empty()) meta.sampling = overlay(meta.sampling, parse_sampling_settings(o.sampling, "--sampling"));
     fit_tokenizer_to_vocab(&meta.tokenizer, meta.config.n_vocab, source_name);
     meta.config.validate(source_name);
 

@@ -21,6 +21,7 @@ struct ConvertOptions {
     uint64_t seed = 1234;        // for --synthetic
     bool quiet = false;          // no progress bar
     bool force = false;          // replace an existing output that is not a .kvlm model
+    std::string sampling;        // --sampling "temp=0.2,top-p=0.9": recommended defaults to store (over the source's)
 };
 
 struct ConvertSource {
@@ -61,6 +62,9 @@ ModelConfig hf_config_from_json(const std::string& config_path);
 std::string hf_chat_template(const std::string& dir);
 // Adds generation_config.json eos ids of `dir` (if present) to tokenizer.stop_ids.
 void add_generation_config_stops(const std::string& dir, TokenizerData* tokenizer);
+// The sampling defaults generation_config.json in `dir` sets (temperature, top_k, top_p, min_p,
+// repetition_penalty; "do_sample": false means greedy, as in transformers); empty without the file.
+SamplingSettings hf_sampling_defaults(const std::string& dir);
 // Pads the tokenizer to n_vocab with "<unused_N>" tokens (type unused); throws Error naming `source` if it
 // has more tokens than the model's vocabulary.
 void fit_tokenizer_to_vocab(TokenizerData* tokenizer, int32_t n_vocab, const std::string& source);

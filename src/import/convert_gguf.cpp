@@ -1,10 +1,12 @@
 // GGUF importer (general.architecture = llama): hyperparameters from llama.* keys, tensors dequantized to f32
 // with dims reversed (GGUF ne0 is the fastest axis) and q/k rows moved from interleaved to rotate_half order.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "import/convert.h"
@@ -16,6 +18,30 @@
 namespace kvlm {
 
 namespace {
+
+// llama.cpp's general.sampling.* keys (the model's recommended defaults, from its generation_config.json at
+// conversion), those kvlm's sampler has. Out-of-range values are refused when the metadata is validated.
+SamplingSettings gguf_sampling_defaults(const GgufFile& g) {
+    SamplingSettings s;
+    auto number = [&](const char* key) -> std::optional<double> {
+        if (!g.has(key)) return std::nullopt;
+        return g.get_float(key);
+    };
+    auto whole = [&](const char* key) -> std::optional<int32_t> {
+        if (!g.has(key)) return std::nullopt;
+        int64_t v = g.get_int(key);
+        if (v < INT32_MIN || v > INT32_MAX) throw_error("{}: {} = {} is out of range", g.path(), key, v);
+        return int32_t(v);
+    };
+    if (auto v = number("general.sampling.temp")) s.temperature = float(*v);
+    s.top_k = whole("general.sampling.top_k");
+    if (auto v = number("general.sampling.top_p")) s.top_p = float(*v);
+    if (auto v = number("general.sampling.min_p")) s.min_p = float(*v);
+    if (auto v = number("general.sampling.penalty_repeat")) s.repeat_penalty = float(*v);
+    s.repeat_last_n = whole("general.sampling.penalty_last_n");
+    check_sampling_settings(s, g.path() + ": general.sampling");
+    return s;
+}
 
 int32_t int_field(const GgufFile& g, const std::string& key, int64_t lo, int64_t hi) {
     int64_t v = g.get_int(key);
@@ -152,6 +178,7 @@ ConvertSource open_gguf_source(const std::string& path, const std::string& token
     }
     src.metadata.chat_template = g->get_string_or("tokenizer.chat_template", "");
     src.metadata.source = "GGUF " + std::filesystem::path(path).filename().string();
+    src.metadata.sampling = gguf_sampling_defaults(*g);
     return src;
 }
 

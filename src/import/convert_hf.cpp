@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "import/convert.h"
 #include "import/safetensors.h"
@@ -187,6 +188,27 @@ void add_generation_config_stops(const std::string& dir, TokenizerData* tokenize
     }
 }
 
+SamplingSettings hf_sampling_defaults(const std::string& dir) {
+    fs::path path = fs::path(dir) / "generation_config.json";
+    SamplingSettings s;
+    if (!fs::is_regular_file(path)) return s;
+    json j = read_json(path.string());
+    if (!j.is_object()) return s;
+    auto number = [&](const char* key) -> std::optional<float> {
+        if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+        if (!j[key].is_number()) throw_error("{}: \"{}\" is not a number", path.string(), key);
+        return j[key].get<float>();
+    };
+    s.temperature = number("temperature");
+    if (auto k = number("top_k")) s.top_k = int32_t(*k);
+    s.top_p = number("top_p");
+    s.min_p = number("min_p");
+    s.repeat_penalty = number("repetition_penalty");
+    if (j.contains("do_sample") && j["do_sample"].is_boolean() && !j["do_sample"].get<bool>()) s.temperature = 0.0f;
+    check_sampling_settings(s, path.string());
+    return s;
+}
+
 ConvertSource open_hf_source(const std::string& dir, const std::string& tokenizer_path) {
     std::string config_path = (fs::path(dir) / "config.json").string();
     if (!fs::is_regular_file(config_path))
@@ -233,6 +255,7 @@ ConvertSource open_hf_source(const std::string& dir, const std::string& tokenize
                     dir);
     }
     add_generation_config_stops(dir, &tok);
+    src.metadata.sampling = hf_sampling_defaults(dir);
     src.metadata.chat_template = hf_chat_template(dir);
     if (src.metadata.chat_template.empty() && !tokenizer_path.empty() && fs::is_directory(tokenizer_path))
         src.metadata.chat_template = hf_chat_template(tokenizer_path);

@@ -160,16 +160,23 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& o
     }
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special,
+                                       const std::vector<TextRange>& plain_ranges) const {
     const Impl& m = *impl_;
     std::vector<int32_t> out;
     if (add_bos && m.data.add_bos) out.push_back(m.data.bos_id);
     // Leftmost-longest match of special tokens; the text between them is encoded normally.
     size_t text_start = 0;
+    size_t next_plain = 0;  // first range not entirely before i
     for (size_t i = 0; i < text.size();) {
+        while (next_plain < plain_ranges.size() && plain_ranges[next_plain].end <= i) next_plain++;
+        auto in_plain_text = [&](size_t length) {
+            return next_plain < plain_ranges.size() && plain_ranges[next_plain].begin < i + length;
+        };
         const Impl::Special* match = nullptr;
         for (const Impl::Special& special : m.specials[static_cast<uint8_t>(text[i])]) {
-            if ((parse_special || special.always) && text.compare(i, special.text.size(), special.text) == 0) {
+            if ((special.always || (parse_special && !in_plain_text(special.text.size()))) &&
+                text.compare(i, special.text.size(), special.text) == 0) {
                 match = &special;
                 break;
             }

@@ -11,6 +11,11 @@
 
 namespace kvlm {
 
+// Bytes [begin, end) of a text.
+struct TextRange {
+    size_t begin = 0, end = 0;
+};
+
 class Tokenizer {
 public:
     explicit Tokenizer(const TokenizerData& data);  // throws Error if the data is inconsistent
@@ -23,7 +28,11 @@ public:
     // parse_special: match special/added tokens in the text (true for prompts/chat templates).
     // A byte-level BPE vocabulary may lack some single bytes (SmolLM2: \x04, \x06, ...): encode drops them, as
     // Hugging Face tokenizers and llama.cpp do, so callers warn about user text with bytes_without_token.
-    std::vector<int32_t> encode(std::string_view text, bool add_bos = true, bool parse_special = true) const;
+    // plain_ranges (sorted, disjoint byte ranges of `text`): parts encoded as with parse_special false - no
+    // special token is matched that overlaps one (chat messages under --no-special, inside a template whose
+    // own special tokens are parsed). Text runs across range edges are encoded as one, as without ranges.
+    std::vector<int32_t> encode(std::string_view text, bool add_bos = true, bool parse_special = true,
+                                const std::vector<TextRange>& plain_ranges = {}) const;
     // The distinct byte values of `text` (ascending) that encode drops; always "" for SentencePiece-style
     // vocabularies (their unknown characters become byte-fallback tokens or unk, never nothing).
     std::string bytes_without_token(std::string_view text) const;

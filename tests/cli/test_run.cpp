@@ -78,11 +78,53 @@ TEST_CASE("run: sampling options - same seed same text, other seed other text") 
     CHECK(a.out == b.out);
     CHECK(a.out != c.out);
     CliResult greedy = run({"-p", "Lily", "-n", "40", "--temp", "0", "-q"});
-    CliResult top1 = run({"-p", "Lily", "-n", "40", "--temp", "1.5", "--top-k", "1", "--seed", "7", "-q"});
-    CHECK(greedy.out == top1.out);  // top-k 1 leaves only the argmax
+    // top-k 1 leaves only the argmax (without kvlm's default repeat penalty, which applies when sampling)
+    CliResult top1 = run({"-p", "Lily", "-n", "40", "--temp", "1.5", "--top-k", "1", "--repeat-penalty", "1", "--seed",
+                          "7", "-q"});
+    CHECK(greedy.out == top1.out);
+    CliResult top1_default_penalty = run({"-p", "Lily", "-n", "40", "--temp", "1.5", "--top-k", "1", "--seed", "7", "-q"});
+    CHECK(top1_default_penalty.out ==
+          run({"-p", "Lily", "-n", "40", "--temp", "0", "--repeat-penalty", "1.1", "-q"}).out);
     CliResult penalized = run({"-p", "Lily", "-n", "40", "--temp", "0", "--repeat-penalty", "1.5", "-q"});
     CHECK(penalized.exit_code == 0);
     CHECK(penalized.out != greedy.out);
+}
+
+TEST_CASE("run: each sampling value comes from its flag, else the model file's defaults, else kvlm's") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    std::string greedy_model = converted_model("stories-greedy-default", {data_path("stories260K/stories260K.gguf"),
+                                                                          "--sampling", "temp=0,repeat-penalty=1.2"});
+    CliResult info = run_kvlm({"inspect", greedy_model});
+    CHECK_MESSAGE(contains(info.out, "sampling defaults: temp=0,repeat-penalty=1.2\n"), info.out);
+    CHECK(contains(run_kvlm({"inspect", stories_kvlm()}).out, "sampling defaults: none (kvlm's apply)\n"));
+
+    auto on = [](const std::string& model, std::vector<std::string> extra) {
+        std::vector<std::string> args = {"run", "-m", model, "-p", "Lily", "-n", "40", "-v"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        CliResult r = run_kvlm(args);
+        CHECK_MESSAGE(r.exit_code == 0, r.err);
+        return r;
+    };
+    // The model's greedy default: every seed gives the flags' equivalent.
+    CliResult a = on(greedy_model, {"--seed", "1"}), b = on(greedy_model, {"--seed", "2"});
+    CHECK(a.out == b.out);
+    CHECK(a.out == on(stories_kvlm(), {"--temp", "0", "--repeat-penalty", "1.2"}).out);
+    CHECK_MESSAGE(contains(a.err, "kvlm: sampling temp 0 (greedy), repeat-penalty 1.2, repeat-last-n 64 (from the "
+                                  "model file: temp, repeat-penalty; kvlm's defaults: repeat-last-n), seed 1\n"),
+                  a.err);
+    // A flag overrides the model's value; the model's others stay.
+    CliResult sampled = on(greedy_model, {"--temp", "1", "--seed", "3"});
+    CHECK(sampled.out == on(stories_kvlm(), {"--temp", "1", "--repeat-penalty", "1.2", "--seed", "3"}).out);
+    CHECK(sampled.out != a.out);
+    CHECK_MESSAGE(contains(sampled.err, "(from flags: temp; the model file: repeat-penalty; kvlm's defaults: top-k, "
+                                        "top-p, min-p, repeat-last-n)"),
+                  sampled.err);
+    // kvlm's defaults: temperature 0.8 with a mild repeat penalty; greedy without one.
+    CliResult plain = on(stories_kvlm(), {"--seed", "3"});
+    CHECK(plain.out == on(stories_kvlm(), {"--temp", "0.8", "--repeat-penalty", "1.1", "--seed", "3"}).out);
+    CHECK(contains(plain.err, "sampling temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat-penalty 1.1, repeat-last-n 64"));
+    CHECK(contains(on(stories_kvlm(), {"--temp", "0"}).err, "sampling temp 0 (greedy), repeat-penalty 1 (off) (from "
+                                                            "flags: temp; kvlm's defaults: repeat-penalty)"));
 }
 
 TEST_CASE("run: --verbose reports stats on stderr only") {

@@ -1,6 +1,6 @@
 // The Hugging Face JSON side files of src/import/convert_hf.cpp on arbitrary bytes, each input used as all three:
 // config.json (hf_config_from_json: architecture, shape, rope_scaling; an accepted config must validate
-// and give a sane tensor list), generation_config.json (eos ids as stop ids) and tokenizer_config.json
+// and give a sane tensor list), generation_config.json (eos ids as stop ids, sampling defaults) and tokenizer_config.json
 // (the chat template).
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +30,12 @@ void read_generation_config(const std::string& dir) {
     for (int i = 0; i < 512; i++) tokenizer.tokens.push_back("t" + std::to_string(i));
     tokenizer.eos_id = 2;
     kvlm::add_generation_config_stops(dir, &tokenizer);
+    const kvlm::SamplingSettings defaults = kvlm::hf_sampling_defaults(dir);
+    try {  // what it returns (rather than refuses) must be in range
+        kvlm::check_sampling_settings(defaults);
+    } catch (const kvlm::Error&) {
+        std::abort();
+    }
 }
 
 }  // namespace

@@ -225,6 +225,94 @@ TEST_CASE("convert: HF directory with bf16 shards, untied lm_head, generation co
     CHECK(m->find("blk.4.ffn_norm.weight")->dtype == DType::f32);
 }
 
+namespace {
+
+// One GGUF key-value record: key (u64 length + bytes), value type, value bytes.
+std::string gguf_record(const std::string& key, uint32_t type, const void* value, size_t value_bytes) {
+    std::string r(8, '\0');
+    uint64_t n = key.size();
+    std::memcpy(&r[0], &n, 8);
+    r += key;
+    r.append(reinterpret_cast<const char*>(&type), 4);
+    r.append(static_cast<const char*>(value), value_bytes);
+    return r;
+}
+std::string gguf_f32_record(const std::string& key, float value) { return gguf_record(key, 6, &value, 4); }
+std::string gguf_u32_record(const std::string& key, uint32_t value) { return gguf_record(key, 4, &value, 4); }
+
+// stories260K.gguf with the `n_new` records `kvs` inserted before its own, plus a filler string record that
+// makes the insertion a multiple of the alignment (so the tensor data stays aligned).
+std::string gguf_with_kvs(std::string kvs, uint64_t n_new) {
+    std::string bytes = read_file(stories("stories260K.gguf"));
+    const uint64_t alignment = uint64_t(GgufFile::open(stories("stories260K.gguf"))->get_int_or("general.alignment", 32));
+    const std::string filler_key = "kvlm.test.filler";
+    size_t base = kvs.size() + 8 + filler_key.size() + 4 + 8;
+    std::string filler_value((alignment - base % alignment) % alignment + 8, 'x');
+    uint64_t filler_len = filler_value.size() - 8;
+    std::memcpy(&filler_value[0], &filler_len, 8);
+    kvs += gguf_record(filler_key, 8, filler_value.data(), filler_value.size());
+    uint64_t n_kv = 0;
+    std::memcpy(&n_kv, &bytes[16], 8);
+    n_kv += n_new + 1;
+    std::memcpy(&bytes[16], &n_kv, 8);
+    return bytes.substr(0, 24) + kvs + bytes.substr(24);
+}
+
+}  // namespace
+
+TEST_CASE("convert: sampling defaults from generation_config.json, GGUF general.sampling.* and --sampling") {
+    if (!have_data(stories("hf/model.safetensors")) || !have_data(stories("stories260K.gguf"))) return;
+    TempDir dir;
+    std::filesystem::create_directory(dir.file("hf"));
+    std::filesystem::copy_file(stories("hf/config.json"), dir.file("hf/config.json"));
+    std::filesystem::copy_file(stories("hf/model.safetensors"), dir.file("hf/model.safetensors"));
+
+    SUBCASE("a source without defaults stores none") {
+        convert(stories("stories260K.gguf"), dir.file("plain.kvlm"));
+        CHECK(ModelFile::open(dir.file("plain.kvlm"))->metadata().sampling.empty());
+    }
+    SUBCASE("generation_config.json: the values it sets, nothing else") {
+        write_file(dir.file("hf/generation_config.json"),
+                   R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9, "repetition_penalty": 1.05, "eos_token_id": 2})");
+        convert(dir.file("hf"), dir.file("hf.kvlm"), stories("tok512.bin"));
+        const SamplingSettings d = ModelFile::open(dir.file("hf.kvlm"))->metadata().sampling;
+        CHECK(d.to_string() == "temp=0.6,top-p=0.9,repeat-penalty=1.05");
+    }
+    SUBCASE("generation_config.json with do_sample false is greedy, as transformers decodes it") {
+        write_file(dir.file("hf/generation_config.json"), R"({"do_sample": false, "temperature": 0.6, "top_k": 20})");
+        convert(dir.file("hf"), dir.file("hf.kvlm"), stories("tok512.bin"));
+        CHECK(ModelFile::open(dir.file("hf.kvlm"))->metadata().sampling.to_string() == "temp=0,top-k=20");
+    }
+    SUBCASE("an out-of-range generation_config.json value is refused, naming the file") {
+        write_file(dir.file("hf/generation_config.json"), R"({"top_p": 2})");
+        expect_convert_error(dir.file("hf"), stories("tok512.bin"), {"generation_config.json", "top-p: 2 is out of range"});
+    }
+    SUBCASE("GGUF general.sampling.* keys, and --sampling over them") {
+        std::string kvs = gguf_f32_record("general.sampling.temp", 0.7f) + gguf_u32_record("general.sampling.top_k", 20) +
+                          gguf_f32_record("general.sampling.penalty_repeat", 1.05f);
+        write_file(dir.file("s.gguf"), gguf_with_kvs(kvs, 3));
+        convert(dir.file("s.gguf"), dir.file("s.kvlm"));
+        auto m = ModelFile::open(dir.file("s.kvlm"));
+        CHECK(m->metadata().sampling.to_string() == "temp=0.7,top-k=20,repeat-penalty=1.05");
+        // The tensors did not move: the same model as the unmodified file.
+        convert(stories("stories260K.gguf"), dir.file("plain.kvlm"));
+        CHECK(m->fingerprint() == ModelFile::open(dir.file("plain.kvlm"))->fingerprint());
+
+        ConvertOptions o;
+        o.source = dir.file("s.gguf");
+        o.output = dir.file("o.kvlm");
+        o.sampling = "temp=0,min-p=0.1";
+        o.quiet = true;
+        convert_model(o, false);
+        CHECK(ModelFile::open(dir.file("o.kvlm"))->metadata().sampling.to_string() ==
+              "temp=0,top-k=20,min-p=0.1,repeat-penalty=1.05");
+        o.sampling = "temp=-1";
+        expect_convert_error(o, {"--sampling: temp: -1 is out of range"});
+        o.sampling = "warmth=1";
+        expect_convert_error(o, {"--sampling: unknown setting 'warmth'"});
+    }
+}
+
 TEST_CASE("convert: --dtype f16 and bf16 round each matrix value of the f32 conversion") {
     if (!have_data(stories("stories260K.gguf"))) return;
     TempDir dir;
