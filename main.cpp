@@ -170,6 +170,9 @@ int main(int argc, char** argv) {
                        "Hugging Face does); the template's own special tokens are unaffected");
     chat_cmd->add_flag("-v,--verbose", chat.verbose, "A stats line on stderr after each answer");
     chat_cmd->add_flag("--single", chat.single, "Piped stdin is one message (default: one message per line)");
+    chat_cmd->add_flag("--no-history", chat.no_history,
+                       "Do not keep the input history in $XDG_STATE_HOME/kvlm/chat_history (default: "
+                       "~/.local/state/kvlm/chat_history)");
     add_sampling_flags(chat_cmd, chat.sampling_flags, &chat_seed);
     add_session_flags(chat_cmd, chat.session, "Continue session NAME, saving it after every answer",
                       "Session store size cap (default 4GiB)");

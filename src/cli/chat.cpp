@@ -72,7 +72,7 @@ public:
 
     int run() {
         if (!interactive_) return run_piped();
-        LineEditor editor(g_interrupt);
+        LineEditor editor(g_interrupt, options_.no_history ? "" : default_history_path());
         std::fprintf(stderr, "kvlm chat: /help for commands, Ctrl-D to exit\n");
         bool interrupted_last = false;
         for (;;) {

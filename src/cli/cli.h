@@ -132,6 +132,7 @@ struct ChatOptions {
     bool no_special = false;     // special-token text in messages stays text (the template's own tokens do not)
     bool verbose = false;        // stats line on stderr after each answer
     bool single = false;         // piped stdin is one message, not one per line
+    bool no_history = false;     // on a terminal: neither read nor write the input history file
     SamplingSettings sampling_flags;  // the sampling flags given
     SamplingParams sampling;     // seed from --seed; cmd_chat resolves the rest (resolve_sampling)
     SessionFlags session;        // restore session.name at start, save it after each turn and on exit

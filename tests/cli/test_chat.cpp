@@ -106,6 +106,11 @@ public:
 
     // Raw tmux key names, e.g. "C-c" or "'some text' Enter".
     void keys(const std::string& keys) { tmux("send-keys -t chat " + keys); }
+    // `text` pasted as the terminal pastes it (bracketed when the program asked for that; no single quotes).
+    void paste(const std::string& text) {
+        tmux("set-buffer '" + text + "'");
+        tmux("paste-buffer -p -t chat");
+    }
     // A line typed literally, then Enter (no single quotes in `text`).
     void type_line(const std::string& text) {
         tmux("send-keys -t chat -l '" + text + "'");
@@ -164,10 +169,15 @@ size_t count(const std::string& s, const std::string& needle) {
     return n;
 }
 
-std::string terminal_chat_command(const std::string& model, const std::string& flags) {
+// `kvlm chat` in a terminal, its input history under `state_dir` (default: one for the whole test run, so
+// that tests never touch the user's).
+std::string terminal_chat_command(const std::string& model, const std::string& flags, std::string state_dir = "") {
+    static TempDir shared_state;
+    if (state_dir.empty()) state_dir = shared_state.path();
     const char* bin = std::getenv("KVLM_BIN");
     REQUIRE(bin);
-    return std::string(bin) + " chat -m " + model + " " + flags + "; echo EXITED $?; sleep 30";
+    return "XDG_STATE_HOME='" + state_dir + "' " + std::string(bin) + " chat -m " + model + " " + flags +
+           "; echo EXITED $?; sleep 30";
 }
 
 bool have_tmux() {
@@ -853,4 +863,59 @@ TEST_CASE("chat: Ctrl-C during a long prompt's prefill is honoured within a chun
     CHECK_MESSAGE(contains(err, "kvlm: interrupted while reading the prompt ("), err);
     CHECK_MESSAGE(contains(err, "nothing was generated, and session 's' is unchanged"), err);
     CHECK(!std::filesystem::exists(dir.file("sessions/s.manifest")));
+}
+
+TEST_CASE("chat: a pasted block of lines is one message, and the input history outlives the process") {
+    std::string model = smollm2();
+    if (model.empty() || !have_tmux()) return;
+    TempDir state;
+    const std::string history = state.file("kvlm/chat_history");
+    {
+        Terminal term(terminal_chat_command(model, kTerminalFlags + std::string(" -v"), state.path()));
+        REQUIRE(term.started());
+        REQUIRE(term.wait_for([](const std::string& s) { return prompts(s) >= 1; }, 60));
+        term.paste("Translate to French:\nGood morning\nHow are you?");
+        // Shown as continuation lines, not sent until Enter.
+        CHECK(term.wait_for([](const std::string& s) { return contains(s, "... How are you?"); }, 10));
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        CHECK_MESSAGE(count(term.screen(), "kvlm: prompt ") == 0, term.screen());
+        term.keys("Enter");
+        CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 2; }, 60));
+        std::string screen = trimmed_lines(term.screen());
+        CHECK_MESSAGE(count(screen, "kvlm: prompt ") == 1, screen);  // one answer for the three lines
+        CHECK(contains(screen, "> Translate to French:\\\n... Good morning\\\n... How are you?\n"));
+        term.type_line("What is the capital of France?");
+        CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 3; }, 60));
+        term.keys("C-d");
+        CHECK(term.wait_for([](const std::string& s) { return contains(s, "EXITED 0"); }, 30));
+    }
+    REQUIRE(std::filesystem::exists(history));
+    CHECK((std::filesystem::status(history).permissions() & std::filesystem::perms::group_read) ==
+          std::filesystem::perms::none);
+    std::string saved = read_file(history);
+    CHECK_MESSAGE(contains(saved, "What\\040is\\040the\\040capital\\040of\\040France?"), saved);
+
+    // A new process: Up recalls the last message, Up again the pasted one (one entry, its lines inside).
+    Terminal term(terminal_chat_command(model, kTerminalFlags, state.path()));
+    REQUIRE(term.started());
+    REQUIRE(term.wait_for([](const std::string& s) { return prompts(s) >= 1; }, 60));
+    term.keys("Up");
+    CHECK(term.wait_for([](const std::string& s) { return contains(s, "> What is the capital of France?"); }, 10));
+    term.keys("Up Enter");
+    CHECK(term.wait_for([](const std::string& s) { return prompts(s) >= 2; }, 60));
+    std::string shown = trimmed_lines(term.screen());
+    CHECK_MESSAGE(contains(shown, "> Translate to French:\nGood morning\nHow are you?\n"), shown);
+
+    // --no-history neither reads nor writes it.
+    const std::string before = read_file(history);
+    Terminal off(terminal_chat_command(model, kTerminalFlags + std::string(" --no-history"), state.path()));
+    REQUIRE(off.started());
+    REQUIRE(off.wait_for([](const std::string& s) { return prompts(s) >= 1; }, 60));
+    off.keys("Up");
+    off.type_line("Hi");
+    CHECK(off.wait_for([](const std::string& s) { return prompts(s) >= 2; }, 60));
+    CHECK_MESSAGE(contains(off.screen(), "> Hi\n"), off.screen());
+    off.keys("C-d");
+    CHECK(off.wait_for([](const std::string& s) { return contains(s, "EXITED 0"); }, 30));
+    CHECK(read_file(history) == before);
 }
