@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/model_check.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -69,7 +70,11 @@ void parse_kv_mem(const std::string& text, EngineOptions* options) {
 Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     auto start = std::chrono::steady_clock::now();
     model_ = ModelFile::open(model_path);
-    if (model_->file_size() <= kVerifyAtLoadMaxBytes) model_->verify();
+    const ModelCheck check = check_model_at_load(*model_, !options.quiet);
+    if (check.first_use && !options.quiet)
+        std::fprintf(stderr, "kvlm: verified the checksums of %s (%s) on its first use in %.1f s; later runs skip "
+                     "that until the file changes\n",
+                     model_->path().c_str(), byte_size_text(model_->file_size()).c_str(), check.seconds);
     tokenizer_ = std::make_unique<Tokenizer>(model_->metadata().tokenizer);
     const ModelConfig& config = model_->config();
 

@@ -40,11 +40,6 @@ void parse_kv_dtype(const std::string& name, EngineOptions* options);
 // the device has free after the weights) sets kv_mem_fraction, "" leaves both 0. Throws Error naming the flag.
 void parse_kv_mem(const std::string& text, EngineOptions* options);
 
-// Models up to this size have every tensor checksum verified when an engine opens them (XXH3 reads a
-// warm file at several GB/s, so 1 GiB costs a fraction of a second); corrupted weights then stop the run
-// naming the tensor instead of printing garbage.
-constexpr uint64_t kVerifyAtLoadMaxBytes = uint64_t(1) << 30;
-
 // Default context cap when -c is not given: big trained contexts (128k) would reserve GiBs of KV.
 constexpr int32_t kDefaultMaxContext = 8192;
 

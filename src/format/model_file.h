@@ -11,6 +11,7 @@
 #include "format/sampling_settings.h"
 #include "format/tensor.h"
 #include "format/tokenizer_data.h"
+#include "util/progress.h"
 
 namespace kvlm {
 
@@ -75,7 +76,8 @@ public:
     // Hex digest over hyperparameters, tokenizer and tensor checksums; sessions bind to it.
     const std::string& fingerprint() const;
     // Recomputes every tensor checksum; throws Error naming the first tensor that does not match.
-    void verify() const;
+    // `progress` (may be null) is advanced by the bytes checked.
+    void verify(ProgressBar* progress = nullptr) const;
 
 private:
     ModelFile();

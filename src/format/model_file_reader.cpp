@@ -164,9 +164,12 @@ TensorView ModelFile::require(const std::string& name, const std::vector<int64_t
     return view(*info);
 }
 
-void ModelFile::verify() const {
+void ModelFile::verify(ProgressBar* progress) const {
+    uint64_t done = 0;
     for (const TensorInfo& t : impl_->tensors) {
         uint64_t checksum = XXH3_64bits(impl_->map->data() + t.offset, size_t(t.n_bytes));
+        done += t.n_bytes;
+        if (progress) progress->update(done, t.name);
         if (checksum != t.checksum)
             throw_error("{}: tensor {} is corrupted: checksum {:016x}, expected {:016x} (re-convert or re-download)",
                         impl_->path, t.name, checksum, t.checksum);

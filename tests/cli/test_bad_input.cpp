@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -191,6 +192,41 @@ TEST_CASE("bad input: damaged weights stop a run naming the tensor, before any t
     CHECK(r.out.empty());
     CHECK_MESSAGE(has(r.err, "error: " + model + ": tensor "), r.err);
     CHECK_MESSAGE(has(r.err, "is corrupted: checksum"), r.err);
+}
+
+TEST_CASE("bad input: a model too big to verify on every load is verified on its first use, and again once changed") {
+    if (!have_data(stories_gguf())) return;
+    TempDir dir;
+    const std::string model = dir.file("stories.kvlm"), damaged = dir.file("damaged.kvlm");
+    write_file(model, read_file(stories_kvlm()));
+    write_file(damaged, read_file(stories_kvlm()));
+    flip_byte(damaged, read_file(damaged).size() / 2);
+    // Every model counts as big here (the limit is 1 GiB by default); the record lives in this state dir.
+    auto run_big = [&](const std::string& path) {
+        return run_shell("XDG_STATE_HOME=" + shell_quote(dir.file("state")) + " KVLM_VERIFY_EVERY_LOAD_UP_TO=0 " +
+                         kvlm_command({"run", "-m", path, "-p", "Once", "-n", "4", "--temp", "0"}));
+    };
+    const std::string first_use = "on its first use in ";
+    CliResult bad = run_big(damaged);
+    CHECK(bad.exit_code == 1);
+    CHECK(bad.out.empty());
+    CHECK_MESSAGE(has(bad.err, "error: " + damaged + ": tensor "), bad.err);
+    CHECK(run_big(damaged).exit_code == 1);  // a failed check is not remembered
+
+    CliResult first = run_big(model), second = run_big(model);
+    REQUIRE_MESSAGE(first.exit_code == 0, first.err);
+    CHECK_MESSAGE(has(first.err, "kvlm: verified the checksums of " + model + " ("), first.err);
+    CHECK(has(first.err, first_use));
+    CHECK_MESSAGE(!has(second.err, first_use), second.err);
+    CHECK(second.out == first.out);
+    const std::string record = read_file(dir.file("state/kvlm/verified_models"));
+    CHECK(std::count(record.begin(), record.end(), '\n') == 1);
+
+    // The same name with other contents (a re-download, an edit in place) is verified again.
+    flip_byte(model, read_file(model).size() / 2);
+    CliResult changed = run_big(model);
+    CHECK(changed.exit_code == 1);
+    CHECK_MESSAGE(has(changed.err, "is corrupted: checksum"), changed.err);
 }
 
 TEST_CASE("bad input: a damaged fingerprint in the header is refused") {
