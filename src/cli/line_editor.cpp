@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "util/state_dir.h"
+
 namespace kvlm {
 
 namespace {
@@ -95,13 +97,7 @@ int getc_interruptible(FILE* stream) {
 
 }  // namespace
 
-std::string default_history_path() {
-    const char* state = std::getenv("XDG_STATE_HOME");
-    if (state && *state) return (std::filesystem::path(state) / "kvlm" / "chat_history").string();
-    const char* home = std::getenv("HOME");
-    if (home && *home) return (std::filesystem::path(home) / ".local" / "state" / "kvlm" / "chat_history").string();
-    return "";
-}
+std::string default_history_path() { return state_file_path("chat_history"); }
 
 LineEditor::LineEditor(std::atomic<bool>& interrupt, std::string history_path)
     : history_path_(std::move(history_path)) {

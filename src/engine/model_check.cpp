@@ -4,6 +4,7 @@
 // verified again).
 #include "engine/model_check.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -14,7 +15,7 @@
 #include <system_error>
 #include <vector>
 
-#include <fmt/format.h>
+#include "util/state_dir.h"
 
 namespace kvlm {
 
@@ -68,13 +69,7 @@ void remember(const std::string& path, const std::string& line) {
 
 }  // namespace
 
-std::string verified_models_path() {
-    const char* state = std::getenv("XDG_STATE_HOME");
-    if (state && *state) return (std::filesystem::path(state) / "kvlm" / "verified_models").string();
-    const char* home = std::getenv("HOME");
-    if (home && *home) return (std::filesystem::path(home) / ".local" / "state" / "kvlm" / "verified_models").string();
-    return "";
-}
+std::string verified_models_path() { return state_file_path("verified_models"); }
 
 ModelCheck check_model_at_load(const ModelFile& model, bool show_progress) {
     ModelCheck check;

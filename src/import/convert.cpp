@@ -60,6 +60,10 @@ ConvertSource open_source(const ConvertOptions& o) {
                     "or --synthetic SHAPE");
     std::error_code ec;
     if (!fs::exists(o.source, ec)) throw_error("{}: no such file or directory", o.source);
+    // Reading a FIFO or a device would wait for a writer or never end: only files and directories.
+    for (const std::string* input : {&o.source, &o.tokenizer})
+        if (!input->empty() && fs::exists(*input, ec) && !fs::is_directory(*input, ec) && !fs::is_regular_file(*input, ec))
+            throw_error("{}: is not a regular file or a directory", *input);
     if (fs::is_directory(o.source, ec)) return open_hf_source(o.source, o.tokenizer);
     std::string ext = fs::path(o.source).extension().string();
     if (ext == ".safetensors" || fs::path(o.source).filename() == "config.json")

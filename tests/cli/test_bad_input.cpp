@@ -152,6 +152,12 @@ TEST_CASE("bad input: a model path that is not a regular file is refused at once
     check_refused(fifo, dir.file("fifo") + ": is a FIFO (named pipe), expected a regular file");
     check_refused(run_kvlm({"inspect", dir.path()}), dir.path() + ": is a directory, expected a regular file");
     check_refused(run_kvlm({"run", "-m", "/dev/null", "-p", "x"}), "/dev/null: is a character device");
+    // The converter's inputs too (found by tests/probe/bad_flags.sh: it waited for a writer).
+    check_refused(run_shell("exec timeout 20 " + kvlm_command({"convert", dir.file("fifo"), "-o", dir.file("o.kvlm")})),
+                  dir.file("fifo") + ": is not a regular file or a directory");
+    check_refused(run_shell("exec timeout 20 " + kvlm_command({"convert", stories_gguf(), "--tokenizer", dir.file("fifo"),
+                                                               "-o", dir.file("o.kvlm")})),
+                  dir.file("fifo") + ": is not a regular file or a directory");
 }
 
 TEST_CASE("bad input: convert never replaces its source, nor a file that is not a .kvlm model without --force") {
