@@ -181,6 +181,14 @@ models: $(BIN)
 bench: $(BIN)
 	bash bench/run.sh
 
+# The outside probe's categories as scripts (tests/probe/README.md): mutated models, kill -9 during saves,
+# damaged store files, bad flags. PROBE_TRIALS / PROBE_SEED override each script's defaults; all four run,
+# and any failure fails the target.
+.PHONY: probe
+probe: $(BIN)
+	@rc=0; for s in mutated_models kill_during_save damaged_store bad_flags; do \
+	    KVLM_BIN=$(abspath $(BIN)) bash tests/probe/$$s.sh || rc=1; done; exit $$rc
+
 format:
 	clang-format -i main.cpp $(SRC_CPP) $(wildcard src/*/*.h src/*/*/*.h) $(TEST_CPP) $(wildcard tests/*/*.h) \
 	    $(wildcard cuda/*.cu cuda/*.h cuda/*.cuh)

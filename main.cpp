@@ -198,11 +198,25 @@ int main(int argc, char** argv) {
     }
 
     try {
+        // CLI11 would answer these with "A subcommand is required"; say what is wrong instead.
+        const std::string commands = "kvlm convert, inspect, tokenize, run, chat, session or bench";
         if (argc > 1 && argv[1][0] != '-' && !is_subcommand(app, argv[1]))
-            throw CLI::ParseError(fmt::format("unknown command '{}' (kvlm convert, inspect, tokenize, run, chat, "
-                                              "session or bench)",
-                                              argv[1]),
+            throw CLI::ParseError(fmt::format("unknown command '{}' ({})", argv[1], commands),
                                   CLI::ExitCodes::ExtrasError);
+        if (argc > 1 && argv[1][0] == '-' && std::string(argv[1]) != "--help" && std::string(argv[1]) != "-h" &&
+            std::string(argv[1]) != "--version")
+            throw CLI::ParseError(fmt::format("'{}' is not an option of kvlm itself: the command comes first ({})",
+                                              argv[1], commands),
+                                  CLI::ExitCodes::ExtrasError);
+        if (argc > 1 && std::string(argv[1]) == "session") {
+            const char* actions = "ls, show, rm, verify, gc, pin or unpin";
+            if (argc == 2)
+                throw CLI::ParseError(fmt::format("kvlm session needs an action: {}", actions),
+                                      CLI::ExitCodes::RequiredError);
+            if (argv[2][0] != '-' && !is_subcommand(*session_cmd, argv[2]))
+                throw CLI::ParseError(fmt::format("unknown session action '{}' ({})", argv[2], actions),
+                                      CLI::ExitCodes::ExtrasError);
+        }
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         // --help and --version end here with status 0; a bad command line reads like every other kvlm error.

@@ -96,6 +96,9 @@ void print_chat_state(const SessionStore& store, const std::string& name, const 
 int session_show(SessionStore& store, const SessionOptions& options) {
     SessionManifest m = store.load_manifest(options.name);
     const SessionIdentity& id = m.identity;
+    // The model first: one that cannot be opened is an error before anything is printed.
+    std::unique_ptr<ModelFile> model = options.model_path.empty() ? nullptr : ModelFile::open(options.model_path);
+    std::unique_ptr<Tokenizer> tokenizer = model ? std::make_unique<Tokenizer>(model->metadata().tokenizer) : nullptr;
     std::printf("session:   %s\n", options.name.c_str());
     std::printf("model:     %s\n", model_text(id).c_str());
     std::printf("KV:        %s, %d layers x %d KV heads x head_dim %d, block size %d\n", dtype_name(id.kv_dtype),
@@ -109,18 +112,16 @@ int session_show(SessionStore& store, const SessionOptions& options) {
     for (size_t i = 0; i < m.tokens.size(); i++) ids += (i ? " " : "") + std::to_string(m.tokens[i]);
     print_chat_state(store, options.name, m);
     std::printf("token ids: %s\n", ids.c_str());
-    if (options.model_path.empty()) {
+    if (!model) {
         std::printf("(pass -m MODEL to see the text)\n");
         return 0;
     }
-    std::unique_ptr<ModelFile> model = ModelFile::open(options.model_path);
     if (model->fingerprint() != id.model_fingerprint)
         std::fprintf(stderr, "kvlm: warning: %s is not the model this session was saved with\n",
                      options.model_path.c_str());
-    Tokenizer tokenizer(model->metadata().tokenizer);
     std::string text;
     for (int32_t t : m.tokens)
-        if (t >= 0 && t < tokenizer.n_vocab()) text += tokenizer.decode_token(t);
+        if (t >= 0 && t < tokenizer->n_vocab()) text += tokenizer->decode_token(t);
     std::printf("text:\n%s\n", text.c_str());
     return 0;
 }

@@ -57,6 +57,8 @@ void parse_kv_mem(const std::string& text, EngineOptions* options) {
     if (text.empty()) return;
     if (text.back() != '%') {
         options->kv_mem_bytes = parse_byte_size(text, "--kv-mem");
+        // 0 would mean "not given" below: a budget of nothing is a mistake, not a request for the default.
+        if (options->kv_mem_bytes == 0) throw_error("--kv-mem: '{}' is 0 bytes (give a size, e.g. 512MiB, or a share such as 90%)", text);
         return;
     }
     const std::string number = text.substr(0, text.size() - 1);

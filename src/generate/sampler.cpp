@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "util/error.h"
@@ -31,8 +32,13 @@ void apply_repeat_penalty(float* logits, int32_t n_vocab, const std::vector<int3
         if (std::find(history.begin() + std::ptrdiff_t(first), history.begin() + std::ptrdiff_t(i), token) !=
             history.begin() + std::ptrdiff_t(i))
             continue;  // already penalized
+        // A finite logit stays finite (clamped): an extreme penalty (1e38) must move it, not push it past
+        // float range, which the finiteness check after the penalty would blame on the weights. A logit
+        // that was not finite stays as it is, for that check to report.
         float& l = logits[token];
-        l = l > 0.0f ? l / penalty : l * penalty;
+        if (!std::isfinite(l)) continue;
+        const float max = std::numeric_limits<float>::max();
+        l = std::clamp(l > 0.0f ? l / penalty : l * penalty, -max, max);
     }
 }
 
@@ -93,7 +99,7 @@ std::string describe_sampling(const SamplingParams& p, const SamplingSettings& f
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
-    // The finiteness check runs after the penalty, so a logit the penalty pushed past float range is caught too.
+    // The finiteness check runs after the penalty (which keeps finite logits finite).
     apply_repeat_penalty(logits, n_vocab, history, params_.repeat_penalty, params_.repeat_last_n);
     const int32_t best = checked_argmax(logits, n_vocab, history.size());
     if (params_.temperature <= 0.0f || n_vocab == 1) return best;

@@ -112,3 +112,37 @@ TEST_CASE("messages: a session name starting with '-' is refused; an old one is 
     CHECK_MESSAGE(rm.exit_code == 0, rm.err);
     CHECK(!std::filesystem::exists(dir.file("sessions/-old.manifest")));
 }
+
+TEST_CASE("messages: a wrong command, option or session action is named, not 'A subcommand is required'") {
+    auto refused = [](const std::vector<std::string>& args, const std::string& needle) {
+        CAPTURE(needle);
+        CliResult r = run_kvlm(args);
+        CHECK(r.exit_code != 0);
+        CHECK(r.out.empty());
+        CHECK_MESSAGE(contains(r.err, "error: " + needle), r.err);
+        CHECK(!contains(r.err, "A subcommand is required"));
+    };
+    refused({"foo"}, "unknown command 'foo' (kvlm convert, inspect");
+    refused({"--bogus"}, "'--bogus' is not an option of kvlm itself: the command comes first");
+    refused({"session"}, "kvlm session needs an action: ls, show, rm, verify, gc, pin or unpin");
+    refused({"session", "foo"}, "unknown session action 'foo' (ls, show, rm");
+    CHECK(run_kvlm({"--version"}).exit_code == 0);
+}
+
+// Found by tests/probe/bad_flags.sh.
+TEST_CASE("messages: session show -m with a model it cannot open prints nothing on stdout; --kv-mem 0 is refused") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir;
+    REQUIRE(run_kvlm({"run", "-m", stories(), "-p", "Once", "-n", "4", "--temp", "0", "--session", "s",
+                      "--session-dir", dir.path()}).exit_code == 0);
+    CliResult show = run_kvlm({"session", "show", "s", "-m", dir.file("missing.kvlm"), "--session-dir", dir.path()});
+    CHECK(show.exit_code == 1);
+    CHECK(show.out.empty());
+    CHECK_MESSAGE(contains(show.err, "error: " + dir.file("missing.kvlm") + ": cannot open"), show.err);
+    CHECK(contains(run_kvlm({"session", "show", "s", "-m", stories(), "--session-dir", dir.path()}).out, "text:\n"));
+    for (const char* zero : {"0", "0.5"}) {
+        CliResult r = run_kvlm({"run", "-m", stories(), "-p", "Once", "-n", "4", "--kv-mem", zero});
+        CHECK(r.exit_code == 1);
+        CHECK_MESSAGE(contains(r.err, std::string("error: --kv-mem: '") + zero + "' is 0 bytes"), r.err);
+    }
+}

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
 #include "generate/sampler.h"
 #include "support/random_model.h"
+#include "util/error.h"
 
 using namespace kvlm;
 
@@ -135,4 +137,23 @@ TEST_CASE("sampler: repetition penalty lowers recently seen tokens, once each") 
     l = logits;
     CHECK(off.sample(l.data(), 4, {0, 0, 0}) == 0);
     CHECK(l == logits);
+}
+
+TEST_CASE("sampler: an extreme repeat penalty keeps logits finite; a logit that was not finite is still an error") {
+    for (float penalty : {1e38f, 1e-38f}) {
+        CAPTURE(penalty);
+        std::vector<float> logits = {-30.0f, 2.0f, 5.0f, -1.0f};
+        SamplingParams p = plain(0.0f);
+        p.repeat_penalty = penalty;
+        Sampler sampler(p);
+        // Tokens 0 and 2 were seen: with 1e38, token 2 drops to ~0 and token 1 wins; with 1e-38, token 2 wins.
+        const int32_t got = sampler.sample(logits.data(), 4, {0, 2});
+        CHECK(got == (penalty > 1 ? 1 : 2));
+        for (float l : logits) CHECK(std::isfinite(l));
+    }
+    std::vector<float> damaged = {1.0f, std::numeric_limits<float>::infinity(), 0.5f};
+    SamplingParams p = plain(0.0f);
+    p.repeat_penalty = 1.1f;
+    Sampler sampler(p);
+    CHECK_THROWS_WITH_AS(sampler.sample(damaged.data(), 3, {1}), doctest::Contains("an infinite logit"), Error);
 }
