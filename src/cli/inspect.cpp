@@ -169,13 +169,9 @@ void print_json(const ModelFile& model, const std::vector<std::pair<std::string,
                           {"first_line", first_line(m.chat_template)}};
     // Only the defaults the model file sets (run flags' names); {} when it sets none.
     json sampling = json::object();
-    const SamplingSettings& d = m.sampling;
-    if (d.temperature) sampling["temp"] = *d.temperature;
-    if (d.top_k) sampling["top_k"] = *d.top_k;
-    if (d.top_p) sampling["top_p"] = *d.top_p;
-    if (d.min_p) sampling["min_p"] = *d.min_p;
-    if (d.repeat_penalty) sampling["repeat_penalty"] = *d.repeat_penalty;
-    if (d.repeat_last_n) sampling["repeat_last_n"] = *d.repeat_last_n;
+    for_each_sampling_field([&](const char* name, auto member) {
+        if (const auto& value = m.sampling.*member) sampling[name] = *value;
+    });
     j["sampling_defaults"] = sampling;
     json tensors = json::array();
     int64_t n_params = 0;

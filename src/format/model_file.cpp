@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <type_traits>
 
 #include "format/model_file_format.h"
 #include "util/error.h"
@@ -105,7 +106,7 @@ Header read_header(const uint8_t* data, size_t file_size, const std::string& pat
 
 // ---- metadata ----
 
-static void write_record(Writer& out, const char* key, ValueType type, const BufferWriter& value) {
+static void write_record(Writer& out, const std::string& key, ValueType type, const BufferWriter& value) {
     out.write_string(key);
     out.write_u32(uint32_t(type));
     out.write_u64(value.buffer().size());
@@ -114,12 +115,12 @@ static void write_record(Writer& out, const char* key, ValueType type, const Buf
 
 void write_metadata(Writer& out, const ModelMetadata& m) {
     struct Record {
-        const char* key;
+        std::string key;
         ValueType type;
         BufferWriter value;
     };
     std::vector<Record> records;
-    auto add = [&](const char* key, ValueType type) -> Writer& {
+    auto add = [&](std::string key, ValueType type) -> Writer& {
         records.push_back({key, type, {}});
         return records.back().value;
     };
@@ -162,13 +163,15 @@ void write_metadata(Writer& out, const ModelMetadata& m) {
     add_string("chat_template", m.chat_template);
     add_string("source", m.source);
     // Only the settings the source gave: an unset one falls through to kvlm's default at run time.
-    const SamplingSettings& d = m.sampling;
-    if (d.temperature) add("sampling.temp", ValueType::f32).write_f32(*d.temperature);
-    if (d.top_k) add("sampling.top_k", ValueType::i32).write_i32(*d.top_k);
-    if (d.top_p) add("sampling.top_p", ValueType::f32).write_f32(*d.top_p);
-    if (d.min_p) add("sampling.min_p", ValueType::f32).write_f32(*d.min_p);
-    if (d.repeat_penalty) add("sampling.repeat_penalty", ValueType::f32).write_f32(*d.repeat_penalty);
-    if (d.repeat_last_n) add("sampling.repeat_last_n", ValueType::i32).write_i32(*d.repeat_last_n);
+    for_each_sampling_field([&](const char* name, auto member) {
+        const auto& value = m.sampling.*member;
+        if (!value) return;
+        const std::string key = std::string("sampling.") + name;
+        if constexpr (std::is_same_v<std::decay_t<decltype(*value)>, float>)
+            add(key, ValueType::f32).write_f32(*value);
+        else
+            add(key, ValueType::i32).write_i32(*value);
+    });
 
     out.write_u32(uint32_t(records.size()));
     for (const Record& r : records) write_record(out, r.key, r.type, r.value);
@@ -317,12 +320,9 @@ ModelMetadata read_metadata(Reader& in, const std::string& path) {
     records.read("tokenizer.add_space_prefix", &t.add_space_prefix, false);
     records.read("chat_template", &m.chat_template, false);
     records.read("source", &m.source, false);
-    records.read_optional("sampling.temp", &m.sampling.temperature);
-    records.read_optional("sampling.top_k", &m.sampling.top_k);
-    records.read_optional("sampling.top_p", &m.sampling.top_p);
-    records.read_optional("sampling.min_p", &m.sampling.min_p);
-    records.read_optional("sampling.repeat_penalty", &m.sampling.repeat_penalty);
-    records.read_optional("sampling.repeat_last_n", &m.sampling.repeat_last_n);
+    for_each_sampling_field([&](const char* name, auto member) {
+        records.read_optional((std::string("sampling.") + name).c_str(), &(m.sampling.*member));
+    });
     return m;
 }
 

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 #include "util/error.h"
@@ -18,6 +19,13 @@ namespace {
 
 // Shortest text that reads back as the same float ("0.2", not "0.200000003").
 std::string float_text(float value) { return fmt::format("{}", value); }
+
+// A stored field name as its flag: "top_k" -> "top-k".
+std::string flag_name(std::string name) {
+    for (char& c : name)
+        if (c == '_') c = '-';
+    return name;
+}
 
 std::string with_what(const std::string& what, const std::string& message) {
     return what.empty() ? message : what + ": " + message;
@@ -43,32 +51,29 @@ int32_t parse_int(const std::string& name, const std::string& text, const std::s
 }  // namespace
 
 bool SamplingSettings::empty() const {
-    return !temperature && !top_k && !top_p && !min_p && !repeat_penalty && !repeat_last_n;
+    bool any = false;
+    for_each_sampling_field([&](const char*, auto member) { any |= bool(this->*member); });
+    return !any;
 }
 
 std::string SamplingSettings::to_string() const {
     std::vector<std::string> parts;
-    if (temperature) parts.push_back("temp=" + float_text(*temperature));
-    if (top_k) parts.push_back(fmt::format("top-k={}", *top_k));
-    if (top_p) parts.push_back("top-p=" + float_text(*top_p));
-    if (min_p) parts.push_back("min-p=" + float_text(*min_p));
-    if (repeat_penalty) parts.push_back("repeat-penalty=" + float_text(*repeat_penalty));
-    if (repeat_last_n) parts.push_back(fmt::format("repeat-last-n={}", *repeat_last_n));
+    for_each_sampling_field([&](const char* name, auto member) {
+        if (const auto& value = this->*member) parts.push_back(fmt::format("{}={}", flag_name(name), *value));
+    });
     return fmt::format("{}", fmt::join(parts, ","));
 }
 
 SamplingSettings overlay(const SamplingSettings& base, const SamplingSettings& over) {
     SamplingSettings s = base;
-    if (over.temperature) s.temperature = over.temperature;
-    if (over.top_k) s.top_k = over.top_k;
-    if (over.top_p) s.top_p = over.top_p;
-    if (over.min_p) s.min_p = over.min_p;
-    if (over.repeat_penalty) s.repeat_penalty = over.repeat_penalty;
-    if (over.repeat_last_n) s.repeat_last_n = over.repeat_last_n;
+    for_each_sampling_field([&](const char*, auto member) {
+        if (over.*member) s.*member = over.*member;
+    });
     return s;
 }
 
 SamplingSettings parse_sampling_settings(const std::string& text, const std::string& what) {
+    const char* names = "names: temp, top-k, top-p, min-p, repeat-penalty, repeat-last-n";
     SamplingSettings s;
     size_t start = 0;
     while (start <= text.size()) {
@@ -76,20 +81,17 @@ SamplingSettings parse_sampling_settings(const std::string& text, const std::str
         std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
         size_t eq = item.find('=');
         if (eq == std::string::npos)
-            throw_error("{}", with_what(what, fmt::format("'{}' is not NAME=VALUE (names: temp, top-k, top-p, "
-                                                          "min-p, repeat-penalty, repeat-last-n)",
-                                                          item)));
-        std::string name = item.substr(0, eq), value = item.substr(eq + 1);
-        if (name == "temp") s.temperature = parse_float(name, value, what);
-        else if (name == "top-k") s.top_k = parse_int(name, value, what);
-        else if (name == "top-p") s.top_p = parse_float(name, value, what);
-        else if (name == "min-p") s.min_p = parse_float(name, value, what);
-        else if (name == "repeat-penalty") s.repeat_penalty = parse_float(name, value, what);
-        else if (name == "repeat-last-n") s.repeat_last_n = parse_int(name, value, what);
-        else
-            throw_error("{}", with_what(what, fmt::format("unknown setting '{}' (names: temp, top-k, top-p, min-p, "
-                                                          "repeat-penalty, repeat-last-n)",
-                                                          name)));
+            throw_error("{}", with_what(what, fmt::format("'{}' is not NAME=VALUE ({})", item, names)));
+        const std::string name = item.substr(0, eq), value = item.substr(eq + 1);
+        bool known = false;
+        for_each_sampling_field([&](const char* field, auto member) {
+            if (flag_name(field) != name) return;
+            known = true;
+            using T = typename std::decay_t<decltype(s.*member)>::value_type;
+            if constexpr (std::is_same_v<T, float>) s.*member = parse_float(name, value, what);
+            else s.*member = parse_int(name, value, what);
+        });
+        if (!known) throw_error("{}", with_what(what, fmt::format("unknown setting '{}' ({})", name, names)));
         if (comma == std::string::npos) break;
         start = comma + 1;
     }

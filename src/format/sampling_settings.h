@@ -22,6 +22,19 @@ struct SamplingSettings {
     std::string to_string() const;
 };
 
+// Calls f(name, member) for each field, in the order above, with its stored name ("temp", "top_k",
+// "top_p", "min_p", "repeat_penalty", "repeat_last_n": the model file's key after "sampling.", inspect's
+// JSON key; with '-' for '_', the run flag) and a pointer to the member.
+template <typename F>
+void for_each_sampling_field(F&& f) {
+    f("temp", &SamplingSettings::temperature);
+    f("top_k", &SamplingSettings::top_k);
+    f("top_p", &SamplingSettings::top_p);
+    f("min_p", &SamplingSettings::min_p);
+    f("repeat_penalty", &SamplingSettings::repeat_penalty);
+    f("repeat_last_n", &SamplingSettings::repeat_last_n);
+}
+
 // `base` with every value `over` sets replacing base's.
 SamplingSettings overlay(const SamplingSettings& base, const SamplingSettings& over);
 
