@@ -4,6 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "format/dtype.h"
+#include "util/error.h"
+
 namespace kvlm {
 
 __device__ __forceinline__ float load_f32(const float* p, int64_t i) { return p[i]; }
@@ -38,5 +41,7 @@ __device__ __forceinline__ uint4 load_streaming16(const uint4* p) {
         case ::kvlm::DType::f32: { using T = float; __VA_ARGS__; break; }          \
         case ::kvlm::DType::f16: { using T = __half; __VA_ARGS__; break; }         \
         case ::kvlm::DType::bf16: { using T = __nv_bfloat16; __VA_ARGS__; break; } \
+        default: /* quantized types are refused when the backend is created */     \
+            ::kvlm::throw_error("cuda: no kernel for {} data", ::kvlm::dtype_name(dtype)); \
         }                                                            \
     } while (0)

@@ -298,6 +298,7 @@ void launch_gemv_params(const GemvParams& p, DType dtype, int n_weights, bool sw
         case DType::bf16:
             launch_gemv_typed<__nv_bfloat16>(p, n_weights, swiglu, stream);
             break;
+        default: throw_error("cuda: no GEMV kernel for {} weights", dtype_name(dtype));
     }
 }
 

@@ -73,13 +73,15 @@ EOF
     say "$GGUF ok (sha256 verified)"
 fi
 
-# Step 2: the .kvlm (default dtype), kept if its checksums verify.
+# Step 2: the .kvlm, kept if its checksums verify. convert keeps the GGUF's Q4_1 and Q8_0 blocks as they are.
 [[ -x "$KVLM" ]] || die "kvlm binary $KVLM not found; run make first or set KVLM=path/to/kvlm"
 if [[ -f "$MODEL" ]]; then
     if ! "$KVLM" inspect --verify "$MODEL" >/dev/null 2>&1; then
         say "$MODEL does not verify; converting again"
     elif ! "$KVLM" inspect "$MODEL" | grep -qxF "sampling defaults: $SAMPLING"; then
         say "$MODEL lacks the sampling defaults $SAMPLING; converting again"
+    elif ! "$KVLM" inspect "$MODEL" | grep -qF "(q4_1 210, f32 61, q8_0 1)"; then
+        say "$MODEL does not keep the GGUF's Q4_1/Q8_0 blocks (an older kvlm inflated them); converting again"
     else
         say "$MODEL present and verified"
         exit 0

@@ -100,7 +100,7 @@ void print_text(const ModelFile& model, const std::vector<std::pair<std::string,
     line(fmt::format("  tied_embeddings  {}", c.tied_embeddings ? "yes" : "no"));
     line(fmt::format("  qkv_bias         {}", c.qkv_bias ? "yes" : "no"));
     int64_t n_params = 0;
-    for (const TensorInfo& info : model.tensors()) n_params += int64_t(info.n_bytes / dtype_size(info.dtype));
+    for (const TensorInfo& info : model.tensors()) n_params += element_count(info.shape);
     line(fmt::format("  parameters       {} ({})", n_params, human_count(n_params)));
     line("");
     line(fmt::format("tokenizer:    {} (pre-tokenizer {}), {} tokens, {} merges", t.type, t.pre, t.tokens.size(),
@@ -118,7 +118,7 @@ void print_text(const ModelFile& model, const std::vector<std::pair<std::string,
 
     size_t name_width = 4;
     for (const TensorInfo& info : model.tensors()) name_width = std::max(name_width, info.name.size());
-    line(fmt::format("tensors: {}", model.tensors().size()));
+    line(fmt::format("tensors: {} ({})", model.tensors().size(), tensor_type_counts(model.tensors())));
     line(fmt::format("  {:<{}}  {:<5}  {:<14}  {:>14}", "name", name_width, "dtype", "shape", "bytes"));
     uint64_t total = 0;
     for (const TensorInfo& info : model.tensors()) {
@@ -180,7 +180,7 @@ void print_json(const ModelFile& model, const std::vector<std::pair<std::string,
         tensors.push_back({{"name", info.name}, {"dtype", dtype_name(info.dtype)}, {"shape", info.shape},
                            {"offset", info.offset}, {"bytes", info.n_bytes},
                            {"checksum", fmt::format("{:016x}", info.checksum)}});
-        n_params += int64_t(info.n_bytes / dtype_size(info.dtype));
+        n_params += element_count(info.shape);
         total += info.n_bytes;
     }
     j["n_params"] = n_params;

@@ -52,7 +52,7 @@ public:
         gate_.resize(b * size_t(config_.n_ff));
         up_.resize(b * size_t(config_.n_ff));
         positions_.resize(b);
-        name_ = fmt::format("cpu ({} threads{})", pool_.n_threads(), cpu_simd_enabled() ? ", avx2" : "");
+        name_ = fmt::format("cpu ({} threads, {})", pool_.n_threads(), cpu_path_text());
     }
     ~CpuBackend() override { std::free(kv_); }
 

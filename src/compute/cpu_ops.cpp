@@ -12,7 +12,7 @@
 namespace kvlm {
 
 void embed_cpu(float* out, const int32_t* tokens, const void* table, DType dtype, int32_t n, int32_t dim) {
-    size_t row_bytes = size_t(dim) * dtype_size(dtype);
+    const size_t row_bytes = size_t(dtype_bytes(dtype, uint64_t(dim)));  // quantized: whole blocks
     for (int32_t t = 0; t < n; t++)
         convert_to_f32(dtype, static_cast<const char*>(table) + size_t(tokens[t]) * row_bytes, out + int64_t(t) * dim,
                        size_t(dim));

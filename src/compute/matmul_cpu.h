@@ -1,29 +1,32 @@
-// CPU dot products and matrix products with f32/f16/bf16 weights (converted to f32 in registers).
-// Invariant: every output element is one canonical dot product, whatever the batch size, tiling or thread
-// split: lane l (of 8) accumulates elements i = l (mod 8) in increasing i with fused multiply-add (inputs
-// zero-padded to a multiple of 8), then lanes reduce as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
-// The AVX2 path and the portable scalar path follow this order exactly, so they give identical bits.
+// CPU dot products and matrix products for every weight type, through the kernel set of the SIMD path chosen
+// at start-up (compute/cpu_features.h, compute/cpu_kernels.h for the canonical order every path follows):
+// each output element is the same bits whatever the batch size, tiling, thread split or path.
 #pragma once
 #include <cstdint>
+#include <string>
 
+#include "compute/cpu_features.h"
 #include "format/dtype.h"
 
 namespace kvlm {
 
 class ThreadPool;
 
-// True when built with AVX2+FMA+F16C and not switched off. Tests switch it off to check that the
-// scalar path gives the same bits.
-bool cpu_simd_enabled();
-void set_cpu_simd_enabled(bool enabled);
+// The path the kernels take: the best the CPU has, or a lower one named by KVLM_CPU_PATH (scalar, avx2,
+// avx512). Throws Error when KVLM_CPU_PATH names an unknown path or one this CPU lacks.
+CpuPath cpu_path();
+// The chosen path with its features ("avx512 (f/bw/vl/dq, vnni, bf16)"), for the backend's device line.
+std::string cpu_path_text();
+// Switches the path (tests compare paths); throws Error when the CPU lacks it.
+void set_cpu_path(CpuPath path);
 
-// The canonical dot product of a (n elements of a_dtype) and b (n floats).
+// The canonical dot product of a (n elements of a_dtype: f32, f16 or bf16) and b (n floats).
 float dot_cpu(const void* a, DType a_dtype, const float* b, int64_t n);
-// y[i] = fma(alpha, x[i], y[i]) for i < n (x converted from x_dtype).
+// y[i] = fma(alpha, x[i], y[i]) for i < n (x converted from x_dtype: f32, f16 or bf16).
 void axpy_cpu(float* y, float alpha, const void* x, DType x_dtype, int64_t n);
 
-// out[t, r] = dot(w[r, :], x[t, :]). Rows are split over the pool's threads (pool may be null).
-// Weights are streamed once per tile of tokens.
+// out[t, r] = dot(w[r, :], x[t, :]) for any weight type (quantized: n_in a multiple of 32). Rows are split
+// over the pool's threads (pool may be null). Weights are streamed once per tile of tokens.
 void matmul_cpu(float* out,      // [n, n_out]
                 const float* x,  // [n, n_in]
                 const void* w,   // [n_out, n_in] in w_dtype

@@ -15,13 +15,21 @@
 namespace kvlm {
 
 // True for CUDA, false for the CPU; never a silent CPU fallback when CUDA was asked for.
-static bool choose_cuda(const EngineOptions& options, std::string* why) {
+static bool choose_cuda(const EngineOptions& options, const ModelFile& model, std::string* why) {
     if (options.device == "cpu") {
         *why = "requested with --device cpu";
         return false;
     }
     std::string why_not;
     bool have_cuda = cuda_available(&why_not);
+    // The CUDA backend has no kernels for quantized weights yet (it refuses them by name under --device cuda).
+    const TensorInfo* quantized = nullptr;
+    for (const TensorInfo& t : model.tensors())
+        if (dtype_is_quantized(t.dtype)) quantized = &t;
+    if (options.device == "auto" && have_cuda && quantized) {
+        *why = fmt::format("auto: the CUDA backend does not run {} weights yet", dtype_name(quantized->dtype));
+        return false;
+    }
     if (options.device == "cuda") {
         if (!have_cuda) throw_error("--device cuda: no usable CUDA device: {} (use --device cpu)", why_not);
         *why = "requested with --device cuda";
@@ -40,6 +48,10 @@ static DType auto_kv_dtype(const ModelFile& model, bool cuda, std::string* why) 
         *why = fmt::format("auto: the model's {} weights on CUDA", dtype_name(weights));
         return weights;
     }
+    if (cuda && dtype_is_quantized(weights)) {
+        *why = fmt::format("auto: f16 for the model's {} weights on CUDA", dtype_name(weights));
+        return DType::f16;
+    }
     if (cuda) *why = "auto: the model's f32 weights";  // the CPU's f32 default goes unannounced
     return DType::f32;
 }
@@ -47,7 +59,7 @@ static DType auto_kv_dtype(const ModelFile& model, bool cuda, std::string* why) 
 void parse_kv_dtype(const std::string& name, EngineOptions* options) {
     options->kv_dtype_auto = name == "auto";
     if (options->kv_dtype_auto) return;
-    if (!dtype_from_name(name, &options->kv_dtype))
+    if (!dtype_from_name(name, &options->kv_dtype) || dtype_is_quantized(options->kv_dtype))
         throw_error("--kv-dtype: '{}' is not a KV-cache type (expected auto, f32, f16 or bf16)", name);
 }
 
@@ -88,7 +100,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(config.n_ctx, kDefaultMaxContext);
 
     std::string device_why, kv_why = options.kv_dtype_why;
-    const bool cuda = choose_cuda(options, &device_why);
+    const bool cuda = choose_cuda(options, *model_, &device_why);
     kv_dtype_ = options.kv_dtype_auto ? auto_kv_dtype(*model_, cuda, &kv_why) : options.kv_dtype;
 
     if (options.n_threads < 0)

@@ -1,18 +1,39 @@
 // Scalar dtype conversions (f16 by bit manipulation so results do not depend on the CPU's F16C).
 #include "format/dtype.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "util/error.h"
 
 namespace kvlm {
 
-size_t dtype_size(DType dtype) {
+bool dtype_is_quantized(DType dtype) { return dtype == DType::q8_0 || dtype == DType::q4_0 || dtype == DType::q4_1; }
+
+int64_t dtype_block_elements(DType dtype) { return dtype_is_quantized(dtype) ? kQuantBlock : 1; }
+
+size_t dtype_block_bytes(DType dtype) {
     switch (dtype) {
         case DType::f32: return 4;
         case DType::f16: return 2;
         case DType::bf16: return 2;
+        case DType::q8_0: return 34;
+        case DType::q4_0: return 18;
+        case DType::q4_1: return 20;
     }
     KVLM_ASSERT(false, "unknown dtype");
     return 0;
+}
+
+uint64_t dtype_bytes(DType dtype, uint64_t n) {
+    uint64_t block = uint64_t(dtype_block_elements(dtype));
+    KVLM_ASSERT(n % block == 0, "dtype_bytes: element count is not a whole number of blocks");
+    return n / block * dtype_block_bytes(dtype);
+}
+
+size_t dtype_size(DType dtype) {
+    KVLM_ASSERT(!dtype_is_quantized(dtype), "dtype_size of a block-quantized type");
+    return dtype_block_bytes(dtype);
 }
 
 const char* dtype_name(DType dtype) {
@@ -20,19 +41,23 @@ const char* dtype_name(DType dtype) {
         case DType::f32: return "f32";
         case DType::f16: return "f16";
         case DType::bf16: return "bf16";
+        case DType::q8_0: return "q8_0";
+        case DType::q4_0: return "q4_0";
+        case DType::q4_1: return "q4_1";
     }
     return "unknown";
 }
 
 bool dtype_from_name(const std::string& name, DType* out) {
-    if (name == "f32") *out = DType::f32;
-    else if (name == "f16") *out = DType::f16;
-    else if (name == "bf16") *out = DType::bf16;
-    else return false;
-    return true;
+    for (uint32_t raw = 0; dtype_is_known(raw); raw++)
+        if (name == dtype_name(DType(raw))) {
+            *out = DType(raw);
+            return true;
+        }
+    return false;
 }
 
-bool dtype_is_known(uint32_t raw) { return raw <= uint32_t(DType::bf16); }
+bool dtype_is_known(uint32_t raw) { return raw <= uint32_t(DType::q4_1); }
 
 float f16_to_f32(uint16_t h) {
     uint32_t sign = uint32_t(h & 0x8000u) << 16;
@@ -86,25 +111,102 @@ uint16_t f32_to_f16(float f) {
     return uint16_t(sign | (exponent << 10) | mantissa);
 }
 
+namespace {
+
+uint16_t load_u16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
+void store_u16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
+
+// One block of 32 elements each way. The quantizers follow ggml's reference (quantize_row_*_ref) step by
+// step in f32, so that they round exactly as it does: no fused multiply-add (ISO C++ mode does not contract).
+void dequantize_block(DType dtype, const uint8_t* b, float* out) {
+    const float d = f16_to_f32(load_u16(b));
+    switch (dtype) {
+        case DType::q8_0:
+            for (int j = 0; j < 32; j++) out[j] = float(int8_t(b[2 + j])) * d;
+            return;
+        case DType::q4_0:
+            for (int j = 0; j < 16; j++) {
+                out[j] = float(int(b[2 + j] & 0x0f) - 8) * d;
+                out[j + 16] = float(int(b[2 + j] >> 4) - 8) * d;
+            }
+            return;
+        case DType::q4_1: {
+            const float m = f16_to_f32(load_u16(b + 2));
+            for (int j = 0; j < 16; j++) {
+                out[j] = float(b[4 + j] & 0x0f) * d + m;
+                out[j + 16] = float(b[4 + j] >> 4) * d + m;
+            }
+            return;
+        }
+        default: KVLM_ASSERT(false, "dequantize_block of an unquantized type");
+    }
+}
+
+void quantize_block(DType dtype, const float* x, uint8_t* b) {
+    switch (dtype) {
+        case DType::q8_0: {
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++) amax = std::max(amax, std::fabs(x[j]));
+            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            store_u16(b, f32_to_f16(d));
+            for (int j = 0; j < 32; j++) b[2 + j] = uint8_t(int8_t(std::round(x[j] * id)));
+            return;
+        }
+        case DType::q4_0: {
+            float amax = std::fabs(x[0]), max = x[0];  // the first element of largest magnitude, with its sign
+            for (int j = 1; j < 32; j++)
+                if (amax < std::fabs(x[j])) {
+                    amax = std::fabs(x[j]);
+                    max = x[j];
+                }
+            const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            store_u16(b, f32_to_f16(d));
+            auto nibble = [&](float v) { return uint8_t(std::min(15, int(v * id + 8.5f))); };
+            for (int j = 0; j < 16; j++) b[2 + j] = uint8_t(nibble(x[j]) | (nibble(x[j + 16]) << 4));
+            return;
+        }
+        case DType::q4_1: {
+            float min = x[0], max = x[0];
+            for (int j = 1; j < 32; j++) {
+                min = std::min(min, x[j]);
+                max = std::max(max, x[j]);
+            }
+            const float d = (max - min) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            store_u16(b, f32_to_f16(d));
+            store_u16(b + 2, f32_to_f16(min));
+            auto nibble = [&](float v) { return uint8_t(std::min(15, int((v - min) * id + 0.5f))); };
+            for (int j = 0; j < 16; j++) b[4 + j] = uint8_t(nibble(x[j]) | (nibble(x[j + 16]) << 4));
+            return;
+        }
+        default: KVLM_ASSERT(false, "quantize_block of an unquantized type");
+    }
+}
+
+}  // namespace
+
 // Sources may be unaligned (safetensors and GGUF data start at arbitrary offsets): load through memcpy.
 void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
     const auto* bytes = static_cast<const uint8_t*>(src);
     switch (from) {
         case DType::f32: std::memcpy(dst, src, n * 4); return;
         case DType::f16:
-            for (size_t i = 0; i < n; i++) {
-                uint16_t h;
-                std::memcpy(&h, bytes + 2 * i, 2);
-                dst[i] = f16_to_f32(h);
-            }
+            for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(load_u16(bytes + 2 * i));
             return;
         case DType::bf16:
-            for (size_t i = 0; i < n; i++) {
-                uint16_t h;
-                std::memcpy(&h, bytes + 2 * i, 2);
-                dst[i] = bf16_to_f32(h);
-            }
+            for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(load_u16(bytes + 2 * i));
             return;
+        case DType::q8_0:
+        case DType::q4_0:
+        case DType::q4_1: {
+            KVLM_ASSERT(n % kQuantBlock == 0, "convert_to_f32: not a whole number of blocks");
+            const size_t block_bytes = dtype_block_bytes(from);
+            for (size_t b = 0; b < n / kQuantBlock; b++) dequantize_block(from, bytes + b * block_bytes, dst + b * kQuantBlock);
+            return;
+        }
     }
 }
 
@@ -113,17 +215,19 @@ void convert_from_f32(DType to, const float* src, void* dst, size_t n) {
     switch (to) {
         case DType::f32: std::memcpy(dst, src, n * 4); return;
         case DType::f16:
-            for (size_t i = 0; i < n; i++) {
-                uint16_t h = f32_to_f16(src[i]);
-                std::memcpy(bytes + 2 * i, &h, 2);
-            }
+            for (size_t i = 0; i < n; i++) store_u16(bytes + 2 * i, f32_to_f16(src[i]));
             return;
         case DType::bf16:
-            for (size_t i = 0; i < n; i++) {
-                uint16_t h = f32_to_bf16(src[i]);
-                std::memcpy(bytes + 2 * i, &h, 2);
-            }
+            for (size_t i = 0; i < n; i++) store_u16(bytes + 2 * i, f32_to_bf16(src[i]));
             return;
+        case DType::q8_0:
+        case DType::q4_0:
+        case DType::q4_1: {
+            KVLM_ASSERT(n % kQuantBlock == 0, "convert_from_f32: not a whole number of blocks");
+            const size_t block_bytes = dtype_block_bytes(to);
+            for (size_t b = 0; b < n / kQuantBlock; b++) quantize_block(to, src + b * kQuantBlock, bytes + b * block_bytes);
+            return;
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 // checked against the bytes present.
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -20,8 +21,9 @@ std::vector<TensorInfo> expected_tensors(const ModelConfig& config, DType dtype)
         TensorInfo info;
         info.name = std::move(name);
         info.dtype = shape.size() == 1 ? DType::f32 : dtype;
+        if (shape.back() % dtype_block_elements(info.dtype) != 0) info.dtype = DType::f16;
         info.shape = std::move(shape);
-        info.n_bytes = uint64_t(element_count(info.shape)) * dtype_size(info.dtype);
+        info.n_bytes = dtype_bytes(info.dtype, uint64_t(element_count(info.shape)));
         tensors.push_back(std::move(info));
     };
     const int64_t embd = config.n_embd, q = int64_t(config.n_heads) * config.head_dim;
@@ -47,6 +49,19 @@ std::vector<TensorInfo> expected_tensors(const ModelConfig& config, DType dtype)
     add(tensor_names::output_norm, {embd});
     if (!config.tied_embeddings) add(tensor_names::output, {config.n_vocab, embd});
     return tensors;
+}
+
+std::string tensor_type_counts(const std::vector<TensorInfo>& tensors) {
+    std::vector<std::pair<DType, int>> counts;
+    for (const TensorInfo& t : tensors) {
+        auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == t.dtype; });
+        if (it == counts.end()) counts.push_back({t.dtype, 1});
+        else it->second++;
+    }
+    std::stable_sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string text;
+    for (const auto& [dtype, count] : counts) text += fmt::format("{}{} {}", text.empty() ? "" : ", ", dtype_name(dtype), count);
+    return text;
 }
 
 namespace model_format {
@@ -369,7 +384,11 @@ uint64_t tensor_n_bytes(DType dtype, const std::vector<int64_t>& shape, const st
             throw_error("{}: has shape {}, which is absurdly large", what, shape_string(shape));
         n *= uint64_t(d);
     }
-    return n * dtype_size(dtype);
+    const int64_t block = dtype_block_elements(dtype);
+    if (shape.back() % block != 0)
+        throw_error("{}: has shape {} in {}, whose rows are not whole {}-element blocks", what, shape_string(shape),
+                    dtype_name(dtype), block);
+    return dtype_bytes(dtype, n);
 }
 
 void write_directory(Writer& out, const std::vector<TensorInfo>& tensors) {
@@ -394,8 +413,8 @@ std::vector<TensorInfo> read_directory(Reader& in, uint64_t n_tensors, const std
         uint64_t entry_offset = in.offset();
         uint32_t raw_dtype = in.read_u32("tensor dtype");
         if (!dtype_is_known(raw_dtype))
-            throw_error("{}: tensor {} has unknown dtype {} at offset {} (this kvlm reads f32=0, f16=1, bf16=2; a newer "
-                        "kvlm may be needed)", path, t.name, raw_dtype, entry_offset);
+            throw_error("{}: tensor {} has unknown dtype {} at offset {} (this kvlm reads f32=0, f16=1, bf16=2, "
+                        "q8_0=3, q4_0=4, q4_1=5; a newer kvlm may be needed)", path, t.name, raw_dtype, entry_offset);
         t.dtype = DType(raw_dtype);
         uint32_t n_dims = in.read_u32("tensor dimension count");
         if (n_dims < 1 || n_dims > kMaxDims)

@@ -38,9 +38,13 @@ struct ModelMetadata {
 
 // The tensors a model with this config must contain, in canonical file order (token_embd, then per layer
 // attn_norm, attn_q/k/v (+ biases for qkv_bias), attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then
-// output_norm and output unless tied). 1-D tensors (norms, biases) are always f32; matrices use `dtype`.
-// offset/n_bytes/checksum are left 0 (n_bytes filled from shape and dtype).
+// output_norm and output unless tied). 1-D tensors (norms, biases) are always f32; matrices use `dtype`, but
+// f16 when `dtype` is quantized and their rows are not whole blocks of it.
+// offset/checksum are left 0 (n_bytes filled from shape and dtype).
 std::vector<TensorInfo> expected_tensors(const ModelConfig& config, DType dtype);
+
+// Each tensor type with its count, most common first: "q4_1 210, f32 61, q8_0 1".
+std::string tensor_type_counts(const std::vector<TensorInfo>& tensors);
 
 class ModelWriter {
 public:

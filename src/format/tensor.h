@@ -23,7 +23,7 @@ struct TensorView {
     std::vector<int64_t> shape;
 
     int64_t n_elements() const { return element_count(shape); }
-    size_t n_bytes() const { return size_t(n_elements()) * dtype_size(dtype); }
+    size_t n_bytes() const { return size_t(dtype_bytes(dtype, uint64_t(n_elements()))); }
 };
 
 std::string shape_string(const std::vector<int64_t>& shape);  // "[576, 192]"

@@ -1,6 +1,7 @@
 // Internal interface of `kvlm convert`: each importer (HF, GGUF, llama2.c, synthetic) opens its source as a
 // ConvertSource - metadata plus a row reader producing f32 in kvlm layout - and the driver streams it into a
-// ModelWriter tensor by tensor. Invariant: source.tensors == expected_tensors(config, default_dtype).
+// ModelWriter tensor by tensor. Invariant: source.tensors has the names and shapes of
+// expected_tensors(config, ...) in its order.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -15,7 +16,7 @@ namespace kvlm {
 struct ConvertOptions {
     std::string source;          // HF directory, .gguf, or llama2.c .bin
     std::string output;          // .kvlm path
-    std::string dtype;           // "" = keep the source's (quantized GGUF sources: f16)
+    std::string dtype;           // "" = keep each tensor's source type; else every matrix in this type
     std::string tokenizer;       // tokenizer source overriding/adding to what SOURCE carries
     std::string synthetic;       // shape name or config.json path: write random weights instead
     uint64_t seed = 1234;        // for --synthetic
@@ -26,17 +27,25 @@ struct ConvertOptions {
 
 struct ConvertSource {
     ModelMetadata metadata;
-    DType default_dtype = DType::f32;  // matrices' dtype when --dtype is not given
-    std::vector<TensorInfo> tensors;   // canonical order and kvlm shapes (offset/checksum unused)
+    DType default_dtype = DType::f32;  // the matrices' main type (what ConvertSummary reports without --dtype)
+    // Canonical order and kvlm shapes (offset/checksum unused); dtype = what each tensor becomes without --dtype
+    // (1-D tensors: f32), which is the type the source stores it in when read_stored_rows is set.
+    std::vector<TensorInfo> tensors;
     std::string kind;                  // "hf", "gguf", "llama2c", "synthetic"
     // Writes rows [row_begin, row_begin + n_rows) of tensors[index] as f32, in kvlm layout (q/k rows already in
     // rotate_half order). A row is one index of shape[0]: row_len = n_elements / shape[0] (1 for 1-D tensors).
     std::function<void(size_t index, int64_t row_begin, int64_t n_rows, float* out)> read_rows;
+    // Optional (GGUF): the same rows as the source stores them, in tensors[index].dtype, so that quantized
+    // blocks are copied bit for bit instead of dequantized and quantized again.
+    std::function<void(size_t index, int64_t row_begin, int64_t n_rows, void* out)> read_stored_rows;
 };
 
 struct ConvertSummary {
     ModelConfig config;
-    DType dtype = DType::f32;  // of the matrices
+    DType dtype = DType::f32;  // --dtype, else the source's main matrix type
+    std::string types;         // every tensor type written with its count: "q4_1 210, q8_0 1, f32 61"
+    // Matrices --dtype could not quantize (rows not whole 32-element blocks), written as f16 instead.
+    std::vector<std::string> kept_f16;
     std::string kind;
     size_t n_tensors = 0;
     uint64_t n_bytes = 0;      // tensor bytes written

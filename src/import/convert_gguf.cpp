@@ -1,5 +1,6 @@
-// GGUF importer (general.architecture = llama): hyperparameters from llama.* keys, tensors dequantized to f32
-// with dims reversed (GGUF ne0 is the fastest axis) and q/k rows moved from interleaved to rotate_half order.
+// GGUF importer (general.architecture = llama): hyperparameters from llama.* keys; tensors with dims reversed
+// (GGUF ne0 is the fastest axis) and q/k rows moved from interleaved to rotate_half order, each matrix kept in
+// its type (Q8_0/Q4_0/Q4_1 blocks copied as they are) unless --dtype asks for another.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -7,7 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <set>
+#include <map>
 
 #include "import/convert.h"
 #include "import/gguf.h"
@@ -128,45 +129,58 @@ ConvertSource open_gguf_source(const std::string& path, const std::string& token
     detect_llama3_rope(*g, &c);
     c.validate(path);
 
-    // Default output dtype: the matrices' float type, f16 for quantized sources.
-    std::set<uint32_t> matrix_types;
-    for (const GgufTensor& t : g->tensors())
-        if (t.dims.size() >= 2) matrix_types.insert(t.ggml_type);
-    src.default_dtype = matrix_types == std::set<uint32_t>{0}    ? DType::f32
-                        : matrix_types == std::set<uint32_t>{30} ? DType::bf16
-                                                                 : DType::f16;
-
-    src.tensors = expected_tensors(c, src.default_dtype);
+    src.tensors = expected_tensors(c, DType::f32);
     std::vector<const GgufTensor*> parts;
-    for (const TensorInfo& t : src.tensors) {
+    std::map<DType, int> matrix_types;
+    for (TensorInfo& t : src.tensors) {
         const GgufTensor* gt = g->find_tensor(t.name);
         if (!gt) throw_error("{}: tensor {} is missing", path, t.name);
         std::vector<int64_t> shape(gt->dims.rbegin(), gt->dims.rend());
         if (shape != t.shape)
             throw_error("{}: tensor {} has shape {} (GGUF dims reversed), expected {}", path, t.name,
                         shape_string(shape), shape_string(t.shape));
-        if (!gt->data || !(gt->ggml_type <= 3 || gt->ggml_type == 8 || gt->ggml_type == 30))
+        std::optional<DType> stored = kvlm_dtype_of_ggml_type(gt->ggml_type);
+        if (!gt->data || !stored)
             throw_error("{}: tensor {} has type {}, which kvlm cannot import (supported: F32, F16, BF16, Q8_0, "
                         "Q4_0, Q4_1)",
                         path, t.name, GgufFile::ggml_type_name(gt->ggml_type));
+        // Matrices keep their type (quantized blocks are copied as they are); 1-D tensors become f32.
+        if (t.shape.size() > 1) {
+            t.dtype = *stored;
+            matrix_types[*stored]++;
+        }
         parts.push_back(gt);
     }
+    src.default_dtype = std::max_element(matrix_types.begin(), matrix_types.end(), [](const auto& a, const auto& b) {
+                            return a.second < b.second;
+                        })->first;
     const int64_t head_dim = c.head_dim;
-    src.read_rows = [g, parts, tensors = src.tensors, head_dim](size_t i, int64_t row, int64_t n_rows, float* out) {
-        const GgufTensor& gt = *parts[i];
-        const int64_t row_len = tensor_row_len(tensors[i]);
-        const uint64_t row_bytes = gt.n_bytes / uint64_t(tensor_n_rows(tensors[i]));
+    // Source row of kvlm row `row` of tensor i: q/k rows are permuted from GGUF's interleaved RoPE order.
+    auto source_row = [parts, tensors = src.tensors, head_dim](size_t i, int64_t row) {
         bool permute = tensors[i].name.find("attn_q.weight") != std::string::npos ||
                        tensors[i].name.find("attn_k.weight") != std::string::npos;
+        return permute ? interleaved_source_row(row, head_dim) : row;
+    };
+    auto row_bytes_of = [parts, tensors = src.tensors](size_t i) {
+        return parts[i]->n_bytes / uint64_t(tensor_n_rows(tensors[i]));
+    };
+    src.read_rows = [g, parts, tensors = src.tensors, source_row, row_bytes_of](size_t i, int64_t row, int64_t n_rows,
+                                                                             float* out) {
+        const int64_t row_len = tensor_row_len(tensors[i]);
         // Dequantize one source row at a time (rows are whole quantization blocks: ne0 % block == 0).
-        GgufTensor one = gt;
+        GgufTensor one = *parts[i];
         one.dims = {row_len, 1};
+        one.n_bytes = row_bytes_of(i);
         for (int64_t r = 0; r < n_rows; r++) {
-            int64_t src_row = permute ? interleaved_source_row(row + r, head_dim) : row + r;
-            one.data = gt.data + uint64_t(src_row) * row_bytes;
-            one.n_bytes = row_bytes;
+            one.data = parts[i]->data + uint64_t(source_row(i, row + r)) * one.n_bytes;
             g->dequantize(one, out + r * row_len);
         }
+    };
+    src.read_stored_rows = [parts, source_row, row_bytes_of](size_t i, int64_t row, int64_t n_rows, void* out) {
+        const uint64_t row_bytes = row_bytes_of(i);
+        for (int64_t r = 0; r < n_rows; r++)
+            std::memcpy(static_cast<uint8_t*>(out) + uint64_t(r) * row_bytes,
+                        parts[i]->data + uint64_t(source_row(i, row + r)) * row_bytes, size_t(row_bytes));
     };
 
     if (!tokenizer_path.empty()) {

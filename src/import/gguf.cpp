@@ -420,52 +420,26 @@ const char* GgufFile::ggml_type_name(uint32_t ggml_type) {
     return name ? name : "unknown";
 }
 
+std::optional<DType> kvlm_dtype_of_ggml_type(uint32_t ggml_type) {
+    switch (ggml_type) {
+        case 0: return DType::f32;
+        case 1: return DType::f16;
+        case 2: return DType::q4_0;
+        case 3: return DType::q4_1;
+        case 8: return DType::q8_0;
+        case 30: return DType::bf16;
+        default: return std::nullopt;
+    }
+}
+
 void GgufFile::dequantize(const GgufTensor& t, float* out) const {
-    const uint8_t* src = t.data;
-    const size_t n = size_t(t.n_elements());
-    const bool supported = t.ggml_type == 0 || t.ggml_type == 1 || t.ggml_type == 2 || t.ggml_type == 3 ||
-                           t.ggml_type == 8 || t.ggml_type == 30;
-    if (!supported || !src)
+    std::optional<DType> dtype = kvlm_dtype_of_ggml_type(t.ggml_type);
+    if (!dtype || !t.data)
         throw_error("{}: tensor '{}' has type {} (ggml type {}), which kvlm cannot import (supported: F32, F16, BF16, "
                     "Q8_0, Q4_0, Q4_1)",
                     path(), t.name, ggml_type_name(t.ggml_type), t.ggml_type);
-    switch (t.ggml_type) {
-        case 0: std::memcpy(out, src, n * 4); return;
-        case 1:
-            for (size_t i = 0; i < n; i++) out[i] = f16_to_f32(load<uint16_t>(src + 2 * i));
-            return;
-        case 30:
-            for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32(load<uint16_t>(src + 2 * i));
-            return;
-        case 8:  // Q8_0: f16 d, 32 x int8; x = q * d
-            for (size_t b = 0; b < n / 32; b++, src += 34) {
-                float d = f16_to_f32(load<uint16_t>(src));
-                const int8_t* q = reinterpret_cast<const int8_t*>(src + 2);
-                for (int j = 0; j < 32; j++) out[b * 32 + j] = float(q[j]) * d;
-            }
-            return;
-        case 2:  // Q4_0: f16 d, 16 bytes; low nibbles = elements 0..15, high = 16..31; x = (q - 8) * d
-            for (size_t b = 0; b < n / 32; b++, src += 18) {
-                float d = f16_to_f32(load<uint16_t>(src));
-                const uint8_t* q = src + 2;
-                for (int j = 0; j < 16; j++) {
-                    out[b * 32 + j] = float(int(q[j] & 0x0f) - 8) * d;
-                    out[b * 32 + j + 16] = float(int(q[j] >> 4) - 8) * d;
-                }
-            }
-            return;
-        case 3:  // Q4_1: f16 d, f16 m, 16 bytes nibbles; x = q * d + m
-            for (size_t b = 0; b < n / 32; b++, src += 20) {
-                float d = f16_to_f32(load<uint16_t>(src));
-                float m = f16_to_f32(load<uint16_t>(src + 2));
-                const uint8_t* q = src + 4;
-                for (int j = 0; j < 16; j++) {
-                    out[b * 32 + j] = float(q[j] & 0x0f) * d + m;
-                    out[b * 32 + j + 16] = float(q[j] >> 4) * d + m;
-                }
-            }
-            return;
-    }
+    // The layouts are the same (format/dtype.h), and convert_to_f32 reads unaligned sources.
+    convert_to_f32(*dtype, t.data, out, size_t(t.n_elements()));
 }
 
 }  // namespace kvlm

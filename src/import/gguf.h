@@ -3,8 +3,11 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "format/dtype.h"
 
 namespace kvlm {
 
@@ -22,6 +25,9 @@ struct GgufTensor {
     const uint8_t* data = nullptr;
     int64_t n_elements() const;
 };
+
+// The kvlm type that stores a ggml type's elements byte for byte (F32, F16, BF16, Q8_0, Q4_0, Q4_1), if any.
+std::optional<DType> kvlm_dtype_of_ggml_type(uint32_t ggml_type);
 
 class GgufFile {
 public:

@@ -144,7 +144,7 @@ SessionManifest decode_manifest(const uint8_t* data, size_t size, const std::str
     id.model_fingerprint = r.read_string("model fingerprint", 256);
     if (m.format_version >= 2) id.model_description = r.read_string("model description", 4096);
     uint32_t dtype = r.read_u32("KV dtype");
-    if (!dtype_is_known(dtype)) r.fail(fmt::format("unknown KV dtype {}", dtype));
+    if (!dtype_is_known(dtype) || dtype_is_quantized(DType(dtype))) r.fail(fmt::format("unknown KV dtype {}", dtype));
     id.kv_dtype = DType(dtype);
     id.n_layers = r.read_i32("n_layers");
     id.n_kv_heads = r.read_i32("n_kv_heads");

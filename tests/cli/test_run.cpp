@@ -127,6 +127,30 @@ TEST_CASE("run: each sampling value comes from its flag, else the model file's d
                                                             "flags: temp; kvlm's defaults: repeat-penalty)"));
 }
 
+TEST_CASE("run: every CPU kernel path gives the same greedy text; KVLM_CPU_PATH picks one, the device line names it") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    const std::string q8 = converted_model("stories-q8_0", {data_path("stories260K/stories260K.gguf"), "--dtype", "q8_0"});
+    for (const std::string& model : {stories_kvlm(), q8}) {
+        CAPTURE(model);
+        const std::vector<std::string> args = {"run", "-m", model, "-p", "Once upon a time", "-n", "40", "--temp", "0", "-v"};
+        CliResult best = run_kvlm(args);
+        REQUIRE(best.exit_code == 0);
+        for (const char* path : {"scalar", "avx2", "avx512"}) {
+            CAPTURE(path);
+            CliResult r = run_shell(std::string("KVLM_CPU_PATH=") + path + " " + kvlm_command(args));
+            if (r.exit_code != 0) {  // a path this CPU lacks is refused by name, never run
+                CHECK(r.err.find(std::string("KVLM_CPU_PATH=") + path + ": this CPU lacks the instructions") !=
+                      std::string::npos);
+                continue;
+            }
+            CHECK(r.out == best.out);
+            CHECK(r.err.find(std::string("threads, ") + path) != std::string::npos);
+        }
+    }
+    CliResult bogus = run_shell("KVLM_CPU_PATH=sse9 " + kvlm_command({"run", "-m", stories_kvlm(), "-p", "x", "-n", "1"}));
+    check_fails(bogus, "KVLM_CPU_PATH=sse9: unknown path (expected scalar, avx2 or avx512)");
+}
+
 TEST_CASE("run: --verbose reports stats on stderr only") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     CliResult quiet = run({"-p", "", "-n", "16", "--temp", "0", "-q"});

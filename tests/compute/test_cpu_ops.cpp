@@ -94,19 +94,135 @@ TEST_CASE("cpu_ops: matmul matches a double reference for f32/f16/bf16 weights a
             CHECK(out.guards_intact());
             check_close(out.data(), want, 1e-5, 1e-5, "matmul");
 
-            // Same bits token by token, with 3 threads, and on the scalar path.
-            Guarded single(want.size()), threaded(want.size()), scalar(want.size());
+            // Same bits token by token, with 3 threads, and on every SIMD path the CPU has.
+            Guarded single(want.size()), threaded(want.size());
             for (int64_t t = 0; t < s.n; t++)
                 matmul_cpu(single.data() + t * s.n_out, x.data() + t * s.n_in, w.data(), dtype, 1, s.n_in, s.n_out, nullptr);
             matmul_cpu(threaded.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, &pool3);
-            set_cpu_simd_enabled(false);
-            matmul_cpu(scalar.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, &pool3);
-            set_cpu_simd_enabled(true);
             CHECK(same_bits(out.data(), single.data(), want.size()));
             CHECK(same_bits(out.data(), threaded.data(), want.size()));
-            CHECK(same_bits(out.data(), scalar.data(), want.size()));
             CHECK(threaded.guards_intact());
-            CHECK(scalar.guards_intact());
+            test::for_each_cpu_path([&](CpuPath path) {
+                CAPTURE(cpu_path_name(path));
+                Guarded other(want.size());
+                matmul_cpu(other.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, &pool3);
+                CHECK(same_bits(out.data(), other.data(), want.size()));
+                CHECK(other.guards_intact());
+            });
+        }
+    }
+}
+
+namespace {
+
+// Raw quantized rows with arbitrary bytes (any int8 including -128, any nibble), small random f16 scales, and
+// one all-zero block: the kernels must handle every bit pattern a GGUF file can hold.
+std::vector<uint8_t> random_quantized_rows(DType dtype, int64_t n_rows, int64_t n_in, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    const size_t block_bytes = dtype_block_bytes(dtype);
+    std::vector<uint8_t> bytes(size_t(dtype_bytes(dtype, uint64_t(n_rows * n_in))));
+    for (size_t b = 0; b < bytes.size() / block_bytes; b++) {
+        uint8_t* block = bytes.data() + b * block_bytes;
+        for (size_t i = 0; i < block_bytes; i++) block[i] = uint8_t(rng());
+        auto scale = [&](uint8_t* at, float lo, float hi) {
+            uint16_t h = f32_to_f16(lo + (hi - lo) * float(rng() % 1000) / 1000.0f);
+            std::memcpy(at, &h, 2);
+        };
+        scale(block, 0.0005f, 0.01f);
+        if (dtype == DType::q4_1) scale(block + 2, -0.05f, 0.05f);
+        if (b == 1) std::memset(block, 0, block_bytes);
+    }
+    return bytes;
+}
+
+// The canonical order of compute/cpu_kernels.h, written out independently of the kernels from the block
+// layouts of format/dtype.h. Also returns the bound on the error that 16-bit activations allow: half a
+// quantization step of each activation block times the weight's magnitude.
+float canonical_quantized_dot(const uint8_t* w_raw, DType dtype, const float* x, int64_t n_in, double* error_bound) {
+    float acc[8] = {}, bias = 0.0f;
+    *error_bound = 0;
+    const size_t block_bytes = dtype_block_bytes(dtype);
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        const float* xb = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = std::max(amax, std::fabs(xb[j]));
+        const float dx = amax / 32767.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
+        int32_t q[32], q_sum = 0;
+        for (int j = 0; j < 32; j++) q_sum += q[j] = int32_t(std::nearbyint(xb[j] * inv));
+        const uint8_t* block = w_raw + size_t(b) * block_bytes;
+        uint16_t d_bits, m_bits;
+        std::memcpy(&d_bits, block, 2);
+        std::memcpy(&m_bits, block + 2, 2);
+        const float dw = f16_to_f32(d_bits), m = f16_to_f32(m_bits);
+        auto weight_int = [&](int j) -> int32_t {
+            if (dtype == DType::q8_0) return int8_t(block[2 + j]);
+            const uint8_t* qs = block + (dtype == DType::q4_1 ? 4 : 2);
+            int32_t nibble = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+            return dtype == DType::q4_0 ? nibble - 8 : nibble;
+        };
+        for (int lane = 0; lane < 8; lane++) {
+            int32_t sum = 0;
+            for (int j : {2 * lane, 2 * lane + 1, 16 + 2 * lane, 17 + 2 * lane}) {
+                sum += weight_int(j) * q[j];
+                double w = double(weight_int(j)) * dw + (dtype == DType::q4_1 ? m : 0.0f);
+                *error_bound += std::fabs(w) * dx * 0.5;
+            }
+            acc[lane] = std::fma(float(sum), dw * dx, acc[lane]);
+        }
+        if (dtype == DType::q4_1) bias = std::fma(m, dx * float(q_sum), bias);
+    }
+    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
+    return ((s0 + s2) + (s1 + s3)) + bias;
+}
+
+}  // namespace
+
+TEST_CASE("cpu_ops: quantized matmul follows the canonical order on every path and is close to exact") {
+    ThreadPool pool3(3);
+    struct Shape { int64_t n, n_in, n_out; };
+    const Shape shapes[] = {{1, 32, 1}, {1, 64, 5}, {3, 96, 17}, {5, 576, 9}, {37, 160, 45}, {2, 1536, 7}};
+    uint64_t seed = 100;
+    for (DType dtype : {DType::q8_0, DType::q4_0, DType::q4_1}) {
+        for (const Shape& s : shapes) {
+            CAPTURE(dtype_name(dtype));
+            CAPTURE(s.n);
+            CAPTURE(s.n_in);
+            CAPTURE(s.n_out);
+            std::vector<uint8_t> w = random_quantized_rows(dtype, s.n_out, s.n_in, seed++);
+            std::vector<float> w_values(size_t(s.n_out * s.n_in));
+            convert_to_f32(dtype, w.data(), w_values.data(), w_values.size());
+            std::vector<float> x = random_floats(size_t(s.n * s.n_in), -1.0f, 1.0f, seed++);
+            std::fill(x.begin(), x.begin() + std::min<int64_t>(32, s.n_in), 0.0f);  // an all-zero block
+            x[size_t(s.n_in / 2)] = 40.0f;                                         // and an outlier
+            std::vector<float> canonical(size_t(s.n * s.n_out));
+            std::vector<double> exact(canonical.size()), bound(canonical.size());
+            for (int64_t t = 0; t < s.n; t++)
+                for (int64_t r = 0; r < s.n_out; r++) {
+                    const size_t i = size_t(t * s.n_out + r);
+                    const float* xt = x.data() + t * s.n_in;
+                    canonical[i] = canonical_quantized_dot(w.data() + dtype_bytes(dtype, uint64_t(r * s.n_in)), dtype,
+                                                           xt, s.n_in, &bound[i]);
+                    for (int64_t k = 0; k < s.n_in; k++) exact[i] += double(w_values[size_t(r * s.n_in + k)]) * xt[k];
+                }
+            Guarded out(canonical.size());
+            matmul_cpu(out.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, &pool3);
+            CHECK(out.guards_intact());
+            CHECK(same_bits(out.data(), canonical.data(), canonical.size()));
+            size_t n_outside = 0;
+            for (size_t i = 0; i < exact.size(); i++)
+                n_outside += !(std::fabs(out.data()[i] - exact[i]) <= bound[i] * 1.001 + 1e-4 * std::fabs(exact[i]) + 1e-6);
+            CHECK(n_outside == 0);
+            for (int64_t t = 0; t < s.n; t++) {
+                std::vector<float> one(size_t(s.n_out));
+                matmul_cpu(one.data(), x.data() + t * s.n_in, w.data(), dtype, 1, s.n_in, s.n_out, nullptr);
+                CHECK(same_bits(one.data(), out.data() + t * s.n_out, one.size()));
+            }
+            test::for_each_cpu_path([&](CpuPath path) {
+                CAPTURE(cpu_path_name(path));
+                Guarded other(canonical.size());
+                matmul_cpu(other.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, &pool3);
+                CHECK(same_bits(other.data(), canonical.data(), canonical.size()));
+            });
         }
     }
 }

@@ -183,3 +183,20 @@ TEST_CASE("cuda cli: --kv-dtype auto takes a 16-bit model's type on the GPU, f32
     REQUIRE_MESSAGE(f32.exit_code == 0, f32.err);
     CHECK_MESSAGE(f32.err.find("KV cache f32 (auto: the model's f32 weights)") != std::string::npos, f32.err);
 }
+
+TEST_CASE("cuda cli: a quantized model is refused on --device cuda by name, and --device auto runs it on the CPU saying why") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    const std::string q8 = converted_model("stories-q8_0", {stories("stories260K.gguf"), "--dtype", "q8_0"});
+    CliResult cuda = run_kvlm({"run", "-m", q8, "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda"});
+    CHECK(cuda.exit_code != 0);
+    CHECK(cuda.out.empty());
+    CHECK_MESSAGE(cuda.err.find("tensor token_embd.weight is q8_0, and the CUDA backend does not run quantized "
+                                "weights yet (use --device cpu") != std::string::npos,
+                  cuda.err);
+    CliResult automatic = run_kvlm({"run", "-m", q8, "-p", "Once", "-n", "4", "--temp", "0", "-v"});
+    REQUIRE_MESSAGE(automatic.exit_code == 0, automatic.err);
+    CHECK_MESSAGE(automatic.err.find("auto: the CUDA backend does not run q8_0 weights yet") != std::string::npos,
+                  automatic.err);
+    CHECK(automatic.out == run_kvlm({"run", "-m", q8, "-p", "Once", "-n", "4", "--temp", "0", "--device", "cpu"}).out);
+}

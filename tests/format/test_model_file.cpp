@@ -279,10 +279,18 @@ TEST_CASE("malformed model files give clear errors") {
     }
     SUBCASE("unknown dtype") {
         std::string b = bytes;
-        patch_u32(b, first_entry_field(b, 0), 3);  // q8_0, reserved for later
+        patch_u32(b, first_entry_field(b, 0), 6);  // after q4_1
         reseal(b);
         write_file(bad, b);
-        check_open_fails(bad, "tensor token_embd.weight has unknown dtype 3");
+        check_open_fails(bad, "tensor token_embd.weight has unknown dtype 6");
+    }
+    SUBCASE("a quantized type whose rows are not whole blocks") {
+        std::string b = bytes;
+        patch_u32(b, first_entry_field(b, 0), 3);  // q8_0 for a [32, 16] tensor
+        reseal(b);
+        write_file(bad, b);
+        check_open_fails(bad, "tensor token_embd.weight: has shape [32, 16] in q8_0, whose rows are not whole "
+                              "32-element blocks");
     }
     SUBCASE("tensor offset past the end") {
         std::string b = bytes;

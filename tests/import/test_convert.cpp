@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "format/model_file.h"
 #include "import/convert.h"
@@ -354,7 +355,73 @@ TEST_CASE("convert: --dtype f16 and bf16 round each matrix value of the f32 conv
             o.dtype = "q4";
             return o;
         }(),
-        {"--dtype q4", "f32, f16 or bf16"});
+        {"--dtype q4", "f32, f16, bf16, q8_0, q4_0 or q4_1"});
+}
+
+TEST_CASE("convert: --dtype q8_0/q4_0/q4_1 gives the gguf package's blocks for real weights, byte for byte") {
+    if (!have_data(stories("hf/model.safetensors")) || !have_data(stories("tok512.bin"))) return;
+    // tests/data/gen_quantizer_reference.py: XXH3-64 of each stories260K matrix quantized by gguf.quants.
+    const nlohmann::json reference = nlohmann::json::parse(read_file("tests/data/quantizer_reference.json"));
+    TempDir dir;
+    for (const char* name : {"q8_0", "q4_0", "q4_1"}) {
+        CAPTURE(std::string(name));
+        ConvertSummary s = convert(stories("hf"), dir.file(std::string(name) + ".kvlm"), stories("tok512.bin"), name);
+        DType want;
+        REQUIRE(dtype_from_name(name, &want));
+        CHECK(s.dtype == want);
+        // ffn_down has 172 columns, not whole blocks: those 5 matrices stay f16, and the summary names them.
+        CHECK(s.kept_f16.size() == 5);
+        CHECK(s.types == fmt::format("{} 31, f32 11, f16 5", name));
+        auto m = ModelFile::open(dir.file(std::string(name) + ".kvlm"));
+        m->verify();
+        size_t n_compared = 0;
+        for (const auto& [tensor, checksum] : reference.at(name).items()) {
+            CAPTURE(tensor);
+            const TensorInfo* t = m->find(tensor);
+            REQUIRE(t != nullptr);
+            CHECK(t->dtype == want);
+            CHECK(fmt::format("{:016x}", t->checksum) == checksum.get<std::string>());
+            n_compared++;
+        }
+        CHECK(n_compared == 31);
+        CHECK(m->find("blk.0.ffn_down.weight")->dtype == DType::f16);
+    }
+}
+
+TEST_CASE("convert: a quantized GGUF keeps its Q4_1 and Q8_0 blocks bit for bit, and --dtype f16 inflates them") {
+    const std::string gguf_path = "models/cache/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (!have_data(gguf_path)) return;
+    TempDir dir;
+    ConvertSummary s = convert(gguf_path, dir.file("q.kvlm"));
+    CHECK(s.dtype == DType::q4_1);
+    CHECK(s.types == "q4_1 210, f32 61, q8_0 1");
+    CHECK(s.kept_f16.empty());
+    auto g = GgufFile::open(gguf_path);
+    auto m = ModelFile::open(dir.file("q.kvlm"));
+    m->verify();
+    const int64_t head_dim = m->config().head_dim;
+    for (const TensorInfo& t : m->tensors()) {
+        CAPTURE(t.name);
+        const GgufTensor* gt = g->find_tensor(t.name);
+        REQUIRE(gt != nullptr);
+        if (t.shape.size() == 1) continue;
+        REQUIRE(kvlm_dtype_of_ggml_type(gt->ggml_type).has_value());
+        CHECK(t.dtype == *kvlm_dtype_of_ggml_type(gt->ggml_type));
+        REQUIRE(t.n_bytes == gt->n_bytes);
+        // Rows are copied as stored; q/k rows move from GGUF's interleaved RoPE order to rotate_half.
+        const bool permuted = t.name.find("attn_q.") != std::string::npos || t.name.find("attn_k.") != std::string::npos;
+        const uint64_t row_bytes = t.n_bytes / uint64_t(t.shape[0]);
+        const auto* bytes = static_cast<const uint8_t*>(m->view(t).data);
+        size_t n_different = 0;
+        for (int64_t r = 0; r < t.shape[0]; r++) {
+            const int64_t source = permuted ? interleaved_source_row(r, head_dim) : r;
+            n_different += std::memcmp(bytes + uint64_t(r) * row_bytes, gt->data + uint64_t(source) * row_bytes,
+                                       size_t(row_bytes)) != 0;
+        }
+        CHECK(n_different == 0);
+    }
+    ConvertSummary f16 = convert(gguf_path, dir.file("f16.kvlm"), "", "f16");
+    CHECK(f16.types == "f16 211, f32 61");
 }
 
 TEST_CASE("convert: synthetic models are deterministic per seed and load") {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <random>
 
+#include "compute/matmul_cpu.h"
+
 namespace kvlm::test {
 
 ModelConfig small_random_config() {
@@ -68,6 +70,22 @@ std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType 
     w.output_norm = make({d}, 0.8f, 1.2f);
     w.output = config.tied_embeddings ? w.token_embd : matrix(config.n_vocab, d);
     return model;
+}
+
+void for_each_cpu_path(const std::function<void(CpuPath)>& fn) {
+    const CpuPath chosen = cpu_path();
+    const CpuFeatures features = detect_cpu_features();
+    for (CpuPath path : {CpuPath::scalar, CpuPath::avx2, CpuPath::avx512}) {
+        if (path == chosen || !cpu_path_supported(path, features)) continue;
+        set_cpu_path(path);
+        try {
+            fn(path);
+        } catch (...) {
+            set_cpu_path(chosen);
+            throw;
+        }
+        set_cpu_path(chosen);
+    }
 }
 
 }  // namespace kvlm::test

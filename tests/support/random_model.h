@@ -3,9 +3,11 @@
 // .kvlm file is tiny_model.h's job.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "compute/cpu_features.h"
 #include "format/model_config.h"
 #include "format/model_weights.h"
 
@@ -23,6 +25,10 @@ ModelConfig small_random_config();
 // Every tensor uniform random (matrices scaled by 1/sqrt(in_features), norms near 1, embeddings in
 // [-1, 1]); matrices stored in `dtype`, 1-D tensors f32. Same seed = same model.
 std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType dtype, uint64_t seed);
+
+// Runs fn(path) with the CPU kernels switched to each SIMD path this CPU has other than the current one, then
+// switches back (every path must give the same bits: compute/cpu_kernels.h).
+void for_each_cpu_path(const std::function<void(CpuPath)>& fn);
 
 // Uniform floats in [lo, hi) from a portable generator (same seed = same values everywhere).
 std::vector<float> random_floats(size_t n, float lo, float hi, uint64_t seed);

@@ -1,0 +1,58 @@
+// The CPU kernel set of one SIMD path (scalar, avx2, avx512), behind function pointers chosen at run time
+// (compute/cpu_features.h). Each path is its own translation unit compiled with that path's -m flags.
+//
+// Canonical order (every path, so that each output element is the same bits whatever the batch size, tile or
+// thread split, and the same bits on every path):
+// - f32/f16/bf16 weights: lane l (of 8) accumulates elements i = l (mod 8) in increasing i with fused
+//   multiply-add (inputs zero-padded to a multiple of 8); lanes reduce as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+// - q8_0/q4_0/q4_1 weights: the activation row is quantized once per matmul to 16-bit ActivationBlocks
+//   (d = amax/32767, q = x/d rounded to nearest even: a relative error of 1/65534 per block, far below the
+//   weights' own, where 8 bits as llama.cpp uses would flip near-tied tokens). Per 32-block b, lane l (of 8)
+//   gets the exact integer S = sum of w[j]*q[j] for j in {2l, 2l+1, 16+2l, 17+2l} (w = q, nibble - 8, or
+//   nibble; |S| < 2^24, so float(S) is exact), then acc[l] = fma(float(S), dw*dx, acc[l]), blocks in
+//   increasing order; q4_1 adds bias = fma(m, s, bias) per block (s = dx * sum q). The result is
+//   reduce(acc) (as above) + bias.
+// Kernel translation units call no inline function or template of external linkage (std::min, dtype.h's
+// helpers) and keep their own code in an anonymous namespace: a copy of such a function compiled with
+// AVX-512 flags could be the one the linker keeps for the whole program, and crash a machine without AVX-512.
+#pragma once
+#include <cstdint>
+
+#include "format/dtype.h"
+
+namespace kvlm {
+
+// One block of 32 quantized activations: x[j] ~= d * q[j], s = d * sum(q).
+struct ActivationBlock {
+    float d;
+    float s;
+    int16_t q[32];
+};
+
+struct CpuKernels {
+    // The canonical dot product of a (n elements of a_dtype, f32/f16/bf16) and b (n floats).
+    float (*dot)(const void* a, DType a_dtype, const float* b, int64_t n);
+    // y[i] = fma(alpha, x[i], y[i]) for i < n (x converted from x_dtype, f32/f16/bf16).
+    void (*axpy)(float* y, float alpha, const void* x, DType x_dtype, int64_t n);
+    // Rows [r0, r1) of out[t, r] = dot(w[r, :], x[t, :]) for tokens t < n, f32 weights (f16/bf16 rows are
+    // converted to f32 by the caller, see matmul_cpu.cpp). Rows of w start at w (row r at w + r * n_in).
+    void (*matmul_f32)(float* out, int64_t out_stride, const float* x, int64_t n, const float* w, int64_t n_in,
+                       int64_t r0, int64_t r1);
+    // Same for 16-bit rows that stay 16-bit (a few tokens: converting would cost more than it saves).
+    void (*matmul_16)(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
+                      int64_t n_in, int64_t r0, int64_t r1);
+    // out[j] = f32 of src[j] for j < n (f16/bf16, exact).
+    void (*widen)(float* out, const void* src, DType dtype, int64_t n);
+    // Quantizes n rows of n_in floats (n_in a multiple of 32) into n * n_in / 32 blocks.
+    void (*quantize_rows)(ActivationBlock* out, const float* x, int64_t n, int64_t n_in);
+    // Rows [r0, r1) of out[t, r] = dot(w[r, :], x[t, :]) for quantized weights (row_bytes per row) and
+    // quantized activations (n_in / 32 blocks per token).
+    void (*matmul_q)(float* out, int64_t out_stride, const ActivationBlock* x, int64_t n, const void* w, DType w_dtype,
+                     int64_t n_in, int64_t r0, int64_t r1);
+};
+
+extern const CpuKernels kScalarKernels;
+extern const CpuKernels kAvx2Kernels;
+extern const CpuKernels kAvx512Kernels;
+
+}  // namespace kvlm

@@ -1,0 +1,121 @@
+// The portable kernel set: plain C++ in the canonical order of compute/cpu_kernels.h, the reference every
+// SIMD path matches bit for bit, and the path for CPUs without AVX2.
+#include <cmath>
+#include <cstring>
+
+#include "compute/cpu_kernels.h"
+
+namespace kvlm {
+
+namespace {
+
+float half_to_float(uint16_t h) { return f16_to_f32(h); }
+
+float load_element(const void* p, DType dtype, int64_t i) {
+    if (dtype == DType::f32) return static_cast<const float*>(p)[i];
+    uint16_t h;
+    std::memcpy(&h, static_cast<const char*>(p) + 2 * i, 2);
+    return dtype == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+float reduce_lanes(const float* l) {
+    float s0 = l[0] + l[4], s1 = l[1] + l[5], s2 = l[2] + l[6], s3 = l[3] + l[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+float dot(const void* a, DType a_dtype, const float* b, int64_t n) {
+    float acc[8] = {};
+    for (int64_t i0 = 0; i0 < n; i0 += 8)
+        for (int lane = 0; lane < 8; lane++) {
+            int64_t i = i0 + lane;
+            float av = i < n ? load_element(a, a_dtype, i) : 0.0f, bv = i < n ? b[i] : 0.0f;
+            acc[lane] = std::fma(av, bv, acc[lane]);
+        }
+    return reduce_lanes(acc);
+}
+
+void axpy(float* y, float alpha, const void* x, DType x_dtype, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = std::fma(alpha, load_element(x, x_dtype, i), y[i]);
+}
+
+void matmul_16(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
+               int64_t n_in, int64_t r0, int64_t r1) {
+    const size_t element = w_dtype == DType::f32 ? 4 : 2;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = r0; r < r1; r++)
+            out[t * out_stride + r] = dot(static_cast<const char*>(w) + size_t(r * n_in) * element, w_dtype,
+                                          x + t * n_in, n_in);
+}
+
+void matmul_f32(float* out, int64_t out_stride, const float* x, int64_t n, const float* w, int64_t n_in, int64_t r0,
+                int64_t r1) {
+    matmul_16(out, out_stride, x, n, w, DType::f32, n_in, r0, r1);
+}
+
+void widen(float* out, const void* src, DType dtype, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = load_element(src, dtype, i);
+}
+
+void quantize_rows(ActivationBlock* out, const float* x, int64_t n, int64_t n_in) {
+    for (int64_t b = 0; b < n * n_in / 32; b++) {
+        const float* v = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = std::fmax(amax, std::fabs(v[j]));
+        const float d = amax / 32767.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int32_t q = int32_t(std::nearbyint(v[j] * id));  // the default rounding: to nearest even
+            out[b].q[j] = int16_t(q);
+            sum += q;
+        }
+        out[b].d = d;
+        out[b].s = d * float(sum);
+    }
+}
+
+// Weight element j of block b as an integer (q8_0: q; q4_0: nibble - 8; q4_1: nibble).
+int32_t weight_int(const uint8_t* block, DType dtype, int j) {
+    if (dtype == DType::q8_0) return int8_t(block[2 + j]);
+    const uint8_t* qs = block + (dtype == DType::q4_1 ? 4 : 2);
+    int32_t nibble = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+    return dtype == DType::q4_0 ? nibble - 8 : nibble;
+}
+
+uint16_t load_u16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
+
+float dot_q(const uint8_t* w, DType w_dtype, const ActivationBlock* x, int64_t n_blocks) {
+    const size_t block_bytes = dtype_block_bytes(w_dtype);
+    float acc[8] = {}, bias = 0.0f;
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const uint8_t* block = w + size_t(b) * block_bytes;
+        const float scale = half_to_float(load_u16(block)) * x[b].d;
+        for (int lane = 0; lane < 8; lane++) {
+            int32_t sum = 0;
+            for (int j : {2 * lane, 2 * lane + 1, 16 + 2 * lane, 17 + 2 * lane})
+                sum += weight_int(block, w_dtype, j) * int32_t(x[b].q[j]);
+            acc[lane] = std::fma(float(sum), scale, acc[lane]);
+        }
+        if (w_dtype == DType::q4_1) bias = std::fma(half_to_float(load_u16(block + 2)), x[b].s, bias);
+    }
+    return reduce_lanes(acc) + bias;
+}
+
+void matmul_q(float* out, int64_t out_stride, const ActivationBlock* x, int64_t n, const void* w, DType w_dtype,
+              int64_t n_in, int64_t r0, int64_t r1) {
+    const int64_t n_blocks = n_in / 32;
+    const size_t row_bytes = size_t(n_blocks) * dtype_block_bytes(w_dtype);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = r0; r < r1; r++)
+            out[t * out_stride + r] =
+                dot_q(static_cast<const uint8_t*>(w) + size_t(r) * row_bytes, w_dtype, x + t * n_blocks, n_blocks);
+}
+
+}  // namespace
+
+const CpuKernels kScalarKernels = {dot, axpy, matmul_f32, matmul_16, widen, quantize_rows, matmul_q};
+
+}  // namespace kvlm
