@@ -43,7 +43,7 @@ LIB_OBJ  := $(SRC_CPP:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 TEST_OBJ := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/kvlm_tests
 
-.PHONY: all check-layers test debug test-sanitize test-cuda-emu test-cuda-emu-smoke fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench format deps carry
+.PHONY: all check-layers test debug test-sanitize test-cuda-emu test-cuda-emu-smoke fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench bench-peer format deps carry
 all: $(BIN)
 
 # The include direction rule of docs/ARCHITECTURE.md (fails naming the include that breaks it).
@@ -188,6 +188,9 @@ models: $(BIN)
 
 bench: $(BIN)
 	bash bench/run.sh
+# kvlm beside llama.cpp 0.3.36 (built once into ~/.cache/kvlm-peer), interleaved, one markdown table.
+bench-peer: $(BIN)
+	bash bench/peer_llamacpp.sh
 
 # The outside probe's categories as scripts (tests/probe/README.md): mutated models, kill -9 during saves,
 # damaged store files, bad flags. PROBE_TRIALS / PROBE_SEED override each script's defaults; all four run,

@@ -7,11 +7,10 @@
 //   multiply-add (inputs zero-padded to a multiple of 8); lanes reduce as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
 // - q8_0/q4_0/q4_1 weights: the activation row is quantized once per matmul to 16-bit ActivationBlocks
 //   (d = amax/32767, q = x/d rounded to nearest even: a relative error of 1/65534 per block, far below the
-//   weights' own, where 8 bits as llama.cpp uses would flip near-tied tokens). Per 32-block b, lane l (of 8)
-//   gets the exact integer S = sum of w[j]*q[j] for j in {2l, 2l+1, 16+2l, 17+2l} (w = q, nibble - 8, or
-//   nibble; |S| < 2^24, so float(S) is exact), then acc[l] = fma(float(S), dw*dx, acc[l]), blocks in
-//   increasing order; q4_1 adds bias = fma(m, s, bias) per block (s = dx * sum q). The result is
-//   reduce(acc) (as above) + bias.
+//   weights' own, where 8 bits as llama.cpp uses would flip near-tied tokens). Per 32-block b in increasing
+//   order: S = the exact integer sum of w[j]*q[j] (w = q, nibble - 8, or nibble), acc = fma(float(S),
+//   dw*dx, acc) (float(S) rounded to nearest even); q4_1 also bias = fma(m, s, bias) (s = dx * sum q).
+//   The result is acc + bias. SIMD paths run 8 rows at once, one row per lane.
 // Kernel translation units call no inline function or template of external linkage (std::min, dtype.h's
 // helpers) and keep their own code in an anonymous namespace: a copy of such a function compiled with
 // AVX-512 flags could be the one the linker keeps for the whole program, and crash a machine without AVX-512.

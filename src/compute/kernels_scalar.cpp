@@ -89,19 +89,15 @@ uint16_t load_u16(const uint8_t* p) {
 
 float dot_q(const uint8_t* w, DType w_dtype, const ActivationBlock* x, int64_t n_blocks) {
     const size_t block_bytes = dtype_block_bytes(w_dtype);
-    float acc[8] = {}, bias = 0.0f;
+    float acc = 0.0f, bias = 0.0f;
     for (int64_t b = 0; b < n_blocks; b++) {
         const uint8_t* block = w + size_t(b) * block_bytes;
-        const float scale = half_to_float(load_u16(block)) * x[b].d;
-        for (int lane = 0; lane < 8; lane++) {
-            int32_t sum = 0;
-            for (int j : {2 * lane, 2 * lane + 1, 16 + 2 * lane, 17 + 2 * lane})
-                sum += weight_int(block, w_dtype, j) * int32_t(x[b].q[j]);
-            acc[lane] = std::fma(float(sum), scale, acc[lane]);
-        }
+        int32_t sum = 0;
+        for (int j = 0; j < 32; j++) sum += weight_int(block, w_dtype, j) * int32_t(x[b].q[j]);
+        acc = std::fma(float(sum), half_to_float(load_u16(block)) * x[b].d, acc);
         if (w_dtype == DType::q4_1) bias = std::fma(half_to_float(load_u16(block + 2)), x[b].s, bias);
     }
-    return reduce_lanes(acc) + bias;
+    return acc + bias;
 }
 
 void matmul_q(float* out, int64_t out_stride, const ActivationBlock* x, int64_t n, const void* w, DType w_dtype,

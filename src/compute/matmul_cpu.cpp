@@ -126,7 +126,7 @@ void matmul_cpu(float* out, const float* x, const void* w, DType w_dtype, int64_
     auto rows = [&](int64_t begin, int64_t end) {
         matmul_rows_quantized(k, out, x_quantized, w, w_dtype, n, n_in, n_out, begin, end);
     };
-    if (parallel) pool->parallel_for(n_out, rows, 4);
+    if (parallel) pool->parallel_for(n_out, rows, 8);  // the SIMD kernels take 8 rows at a time
     else rows(0, n_out);
 }
 

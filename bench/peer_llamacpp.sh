@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# `make bench-peer`: kvlm beside its peer, llama.cpp as vendored in the PyPI sdist llama-cpp-python==0.3.36,
+# on this machine, in one run. Builds llama-bench, llama-perplexity, llama-quantize and llama-completion once
+# (cmake Release, GGML_NATIVE=ON; about 6 minutes on 2 cores) into a cache outside git, makes a GGUF of each
+# type from the default model (SmolLM2-135M-Instruct Q4_1, `make models`) with llama-quantize, converts each
+# to .kvlm (quantized blocks copied as they are), then runs `llama-bench` and `kvlm bench` interleaved
+# (A B A B ..., one repetition each, same threads) for pp512 and tg128, and prints one markdown table with
+# both means and the ratio. Not part of `make test` or CI.
+#   usage: bench/peer_llamacpp.sh     env: TYPES="bf16 f16 q8_0 q4_0 q4_1" REPS=3 THREADS=<cores> PP=512 TG=128
+#          PEER_CACHE (default ~/.cache/kvlm-peer), KVLM (default ./kvlm)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KVLM=${KVLM:-./kvlm}
+TYPES=${TYPES:-"bf16 f16 q8_0 q4_0 q4_1"}
+REPS=${REPS:-3}
+THREADS=${THREADS:-$(nproc)}
+PP=${PP:-512}
+TG=${TG:-128}
+PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer}
+SDIST_SPEC="llama-cpp-python==0.3.36"
+SOURCE_GGUF=models/cache/SmolLM2-135M-Instruct.Q4_1.gguf
+WORK="$PEER_CACHE/models"
+
+say() { echo "peer: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+[ -x "$KVLM" ] || die "$KVLM not found: run make first"
+[ -f "$SOURCE_GGUF" ] || die "$SOURCE_GGUF not found: run make models first"
+command -v cmake >/dev/null || die "cmake is required (apt-get install cmake)"
+mkdir -p "$PEER_CACHE" "$WORK"
+
+# 1. llama.cpp's source from the sdist, built once.
+LLAMA="$PEER_CACHE/llama.cpp"
+BIN="$LLAMA/build/bin"
+if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-quantize" ] || [ ! -x "$BIN/llama-perplexity" ]; then
+    if [ ! -d "$LLAMA" ]; then
+        say "downloading the $SDIST_SPEC sdist"
+        tmp=$(mktemp -d)
+        python3 -m pip download --no-deps --no-binary :all: --disable-pip-version-check -d "$tmp" "$SDIST_SPEC" >&2 \
+            || die "pip download of $SDIST_SPEC failed"
+        tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+        mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$LLAMA"
+        rm -rf "$tmp"
+    fi
+    say "building llama.cpp (cmake Release, GGML_NATIVE=ON)"
+    cmake -S "$LLAMA" -B "$LLAMA/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
+    cmake --build "$LLAMA/build" -j "$(nproc)" --target llama-bench llama-quantize llama-perplexity llama-completion >&2
+fi
+
+# 2. One GGUF per type from the default model, and its .kvlm.
+declare -A GGML_NAME=([bf16]=BF16 [f16]=F16 [q8_0]=Q8_0 [q4_0]=Q4_0 [q4_1]=Q4_1)
+for t in $TYPES; do
+    [ -n "${GGML_NAME[$t]:-}" ] || die "unknown type $t (expected bf16 f16 q8_0 q4_0 q4_1)"
+    gguf="$WORK/smollm2-135m-$t.gguf"
+    if [ ! -f "$gguf" ]; then
+        if [ "$t" = q4_1 ]; then
+            cp "$SOURCE_GGUF" "$gguf"
+        else  # from the Q4_1 model's values (the only source this project ships)
+            "$BIN/llama-quantize" --allow-requantize "$SOURCE_GGUF" "$gguf" "${GGML_NAME[$t]}" >/dev/null 2>&1 \
+                || die "llama-quantize to ${GGML_NAME[$t]} failed"
+        fi
+    fi
+    [ -f "$WORK/smollm2-135m-$t.kvlm" ] || "$KVLM" convert "$gguf" -o "$WORK/smollm2-135m-$t.kvlm" --quiet
+done
+
+# 3. Interleaved runs: one repetition of each engine at a time, REPS times.
+peer_tps() {  # gguf test(pp|tg) n -> tokens/s
+    local args=(-p 0 -n 0)
+    [ "$2" = pp ] && args=(-p "$3" -n 0) || args=(-p 0 -n "$3")
+    "$BIN/llama-bench" -m "$1" "${args[@]}" -t "$THREADS" -r 1 -o json 2>/dev/null |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
+}
+kvlm_tps() {
+    local args
+    [ "$2" = pp ] && args=(-p "$3" -n 0) || args=(-p 0 -n "$3")
+    "$KVLM" bench -m "$1" "${args[@]}" -t "$THREADS" -r 1 --no-scenarios -o json 2>/dev/null |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["tokens_per_second"]["mean"])'
+}
+stats() {  # values... -> "mean ± sd"
+    python3 -c 'import statistics as s, sys; v=[float(x) for x in sys.argv[1:]]; print(f"{s.mean(v):.1f} ± {s.stdev(v) if len(v) > 1 else 0:.1f}")' "$@"
+}
+
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
+echo "kvlm vs llama.cpp ($SDIST_SPEC), $cpu, $THREADS threads, $REPS interleaved repetitions, $(date -u +%Y-%m-%d)"
+echo
+echo "| type | test | llama.cpp t/s | kvlm t/s | kvlm / llama.cpp |"
+echo "| --- | --- | ---: | ---: | ---: |"
+for t in $TYPES; do
+    for test in "pp $PP" "tg $TG"; do
+        set -- $test
+        peer=() ours=()
+        for _ in $(seq "$REPS"); do
+            peer+=("$(peer_tps "$WORK/smollm2-135m-$t.gguf" "$1" "$2")")
+            ours+=("$(kvlm_tps "$WORK/smollm2-135m-$t.kvlm" "$1" "$2")")
+        done
+        ratio=$(python3 -c 'import statistics as s, sys; n=len(sys.argv)//2; a=[float(x) for x in sys.argv[1:n+1]]; b=[float(x) for x in sys.argv[n+1:]]; print(f"{s.mean(b)/s.mean(a):.2f}")' "${peer[@]}" "${ours[@]}")
+        echo "| $t | $1$2 | $(stats "${peer[@]}") | $(stats "${ours[@]}") | $ratio |"
+    done
+done
