@@ -42,7 +42,17 @@ std::vector<int32_t> tokenize_prompt(const Engine& engine, const RunOptions& opt
         if (tokenizer.bos_id() < 0) throw_error("empty prompt, and the model has no BOS token to start from");
         return {tokenizer.bos_id()};
     }
-    return tokenizer.encode(prompt, /*add_bos=*/true, /*parse_special=*/!options.no_special);
+    std::vector<int32_t> ids = tokenizer.encode(prompt, /*add_bos=*/true, /*parse_special=*/!options.no_special);
+    // A raw prompt that starts with the BOS token's own text (Llama 3's "<|begin_of_text|>...") gets no second
+    // BOS: a doubled one changes what the model sees (llama.cpp only warns about it).
+    const int32_t bos = tokenizer.bos_id();
+    if (ids.size() >= 2 && tokenizer.data().add_bos && ids[0] == bos && ids[1] == bos) {
+        ids.erase(ids.begin());
+        if (options.verbose)
+            std::fprintf(stderr, "kvlm: the prompt starts with the BOS token %s: no second one added\n",
+                         tokenizer.data().tokens[size_t(bos)].c_str());
+    }
+    return ids;
 }
 
 // Stats of one completion on stderr (--verbose). `label` is "" for a single run, "sample i: " otherwise.

@@ -112,6 +112,7 @@ private:
         auto matmul = [&](float* out, const float* in, const TensorView& w) {
             matmul_cpu(out, in, w.data, w.dtype, n, w.shape[1], w.shape[0], pool);
         };
+        auto output_of = [](float* out, const TensorView& w) { return MatmulOutput{out, w.data, w.dtype, w.shape[0]}; };
         // Element-wise ops split over tokens, but only when the batch is big enough to pay for the wake-up.
         auto over_tokens = [&](int64_t per_token, FunctionRef<void(int64_t, int64_t)> fn) {
             if (int64_t(n) * per_token >= (1 << 15)) pool_.parallel_for(n, fn);
@@ -126,9 +127,8 @@ private:
         for (int32_t layer = 0; layer < c.n_layers; layer++) {
             const LayerWeights& lw = weights_.layers[size_t(layer)];
             rmsnorm(h, x, lw.attn_norm);
-            matmul(q, h, lw.attn_q);
-            matmul(k, h, lw.attn_k);
-            matmul(v, h, lw.attn_v);
+            const MatmulOutput qkv[] = {output_of(q, lw.attn_q), output_of(k, lw.attn_k), output_of(v, lw.attn_v)};
+            matmul_cpu_shared_input(qkv, 3, h, n, dim, pool);
             if (c.qkv_bias) {
                 add_bias_cpu(q, static_cast<const float*>(lw.attn_q_bias.data), n, q_dim);
                 add_bias_cpu(k, static_cast<const float*>(lw.attn_k_bias.data), n, kv_dim);
@@ -142,8 +142,8 @@ private:
             add_cpu(x, tmp, int64_t(n) * dim);
 
             rmsnorm(h, x, lw.ffn_norm);
-            matmul(gate, h, lw.ffn_gate);
-            matmul(up, h, lw.ffn_up);
+            const MatmulOutput gate_up[] = {output_of(gate, lw.ffn_gate), output_of(up, lw.ffn_up)};
+            matmul_cpu_shared_input(gate_up, 2, h, n, dim, pool);
             over_tokens(c.n_ff, [&](int64_t b, int64_t e) {
                 swiglu_cpu(gate + b * c.n_ff, gate + b * c.n_ff, up + b * c.n_ff, int32_t(e - b), c.n_ff);
             });

@@ -106,28 +106,45 @@ void axpy_cpu(float* y, float alpha, const void* x, DType x_dtype, int64_t n) { 
 
 void matmul_cpu(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in, int64_t n_out,
                 ThreadPool* pool) {
+    const MatmulOutput output{out, w, w_dtype, n_out};
+    matmul_cpu_shared_input(&output, 1, x, n, n_in, pool);
+}
+
+void matmul_cpu_shared_input(const MatmulOutput* outputs, int n_outputs, const float* x, int64_t n, int64_t n_in,
+                             ThreadPool* pool) {
     const CpuKernels& k = kernels();
-    const bool parallel = pool && n * n_in * n_out >= kMinParallelWork;
-    if (!dtype_is_quantized(w_dtype)) {
-        auto rows = [&](int64_t begin, int64_t end) {
-            matmul_rows_float(k, out, x, w, w_dtype, n, n_in, n_out, begin, end);
-        };
-        if (parallel) pool->parallel_for(n_out, rows, 4);
-        else rows(0, n_out);
-        return;
+    int64_t total_rows = 0;
+    bool any_quantized = false;
+    for (int i = 0; i < n_outputs; i++) {
+        total_rows += outputs[i].n_out;
+        any_quantized |= dtype_is_quantized(outputs[i].w_dtype);
     }
-    KVLM_ASSERT(n_in % kQuantBlock == 0, "matmul_cpu: quantized rows are whole blocks");
-    // The activations are quantized once per matmul, on the calling thread (the workers only read them).
+    // The activations are quantized once, on the calling thread (the workers only read them).
     thread_local std::vector<ActivationBlock> xq;
-    const size_t n_blocks = size_t(n * n_in / kQuantBlock);
-    if (xq.size() < n_blocks) xq.resize(n_blocks);
-    k.quantize_rows(xq.data(), x, n, n_in);
-    const ActivationBlock* x_quantized = xq.data();  // not `xq` in the lambda: on a worker that names its own buffer
+    const ActivationBlock* x_quantized = nullptr;  // not `xq` in the lambda: on a worker that names its own buffer
+    if (any_quantized) {
+        KVLM_ASSERT(n_in % kQuantBlock == 0, "matmul_cpu: quantized rows are whole blocks");
+        const size_t n_blocks = size_t(n * n_in / kQuantBlock);
+        if (xq.size() < n_blocks) xq.resize(n_blocks);
+        k.quantize_rows(xq.data(), x, n, n_in);
+        x_quantized = xq.data();
+    }
+    // Rows [begin, end) of the outputs' rows laid end to end.
     auto rows = [&](int64_t begin, int64_t end) {
-        matmul_rows_quantized(k, out, x_quantized, w, w_dtype, n, n_in, n_out, begin, end);
+        int64_t first = 0;
+        for (int i = 0; i < n_outputs && first < end; first += outputs[i].n_out, i++) {
+            const MatmulOutput& o = outputs[i];
+            const int64_t r0 = std::max<int64_t>(begin - first, 0), r1 = std::min<int64_t>(end - first, o.n_out);
+            if (r0 >= r1) continue;
+            if (dtype_is_quantized(o.w_dtype))
+                matmul_rows_quantized(k, o.out, x_quantized, o.w, o.w_dtype, n, n_in, o.n_out, r0, r1);
+            else
+                matmul_rows_float(k, o.out, x, o.w, o.w_dtype, n, n_in, o.n_out, r0, r1);
+        }
     };
-    if (parallel) pool->parallel_for(n_out, rows, 8);  // the SIMD kernels take 8 rows at a time
-    else rows(0, n_out);
+    // Chunks of 8 rows: the quantized kernels take 8 rows at a time (the float ones 4).
+    if (pool && n * n_in * total_rows >= kMinParallelWork) pool->parallel_for(total_rows, rows, 8);
+    else rows(0, total_rows);
 }
 
 }  // namespace kvlm

@@ -32,4 +32,17 @@ void matmul_cpu(float* out,      // [n, n_out]
                 const void* w,   // [n_out, n_in] in w_dtype
                 DType w_dtype, int64_t n, int64_t n_in, int64_t n_out, ThreadPool* pool);
 
+// One weight matrix of a matmul_cpu_shared_input call.
+struct MatmulOutput {
+    float* out;       // [n, n_out]
+    const void* w;    // [n_out, n_in] in w_dtype
+    DType w_dtype;
+    int64_t n_out;
+};
+// matmul_cpu for several matrices that read the same input (q, k and v; gate and up): one split of all
+// their rows over the threads (one wake-up instead of one per matrix), the input quantized once. Each
+// output element is the same bits as matmul_cpu gives.
+void matmul_cpu_shared_input(const MatmulOutput* outputs, int n_outputs, const float* x, int64_t n, int64_t n_in,
+                             ThreadPool* pool);
+
 }  // namespace kvlm

@@ -151,6 +151,21 @@ TEST_CASE("run: every CPU kernel path gives the same greedy text; KVLM_CPU_PATH 
     check_fails(bogus, "KVLM_CPU_PATH=sse9: unknown path (expected scalar, avx2 or avx512)");
 }
 
+TEST_CASE("run: a prompt that starts with the BOS token's text gets no second BOS, and -v says so") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    CliResult plain = run({"-p", "Once upon a time", "-n", "20", "--temp", "0", "-v"});
+    CliResult with_bos = run({"-p", "<s>Once upon a time", "-n", "20", "--temp", "0", "-v"});
+    REQUIRE(plain.exit_code == 0);
+    REQUIRE(with_bos.exit_code == 0);
+    CHECK(with_bos.out == plain.out);
+    CHECK(with_bos.err.find("the prompt starts with the BOS token <s>: no second one added") != std::string::npos);
+    CHECK(plain.err.find("no second one added") == std::string::npos);
+    // --no-special: "<s>" is plain text, after the one BOS kvlm adds.
+    CliResult text = run({"-p", "<s>Once upon a time", "-n", "20", "--temp", "0", "-v", "--no-special"});
+    REQUIRE(text.exit_code == 0);
+    CHECK(text.err.find("no second one added") == std::string::npos);
+}
+
 TEST_CASE("run: --verbose reports stats on stderr only") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     CliResult quiet = run({"-p", "", "-n", "16", "--temp", "0", "-q"});

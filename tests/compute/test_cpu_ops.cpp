@@ -226,6 +226,38 @@ TEST_CASE("cpu_ops: quantized matmul follows the canonical order on every path a
     }
 }
 
+TEST_CASE("cpu_ops: a shared-input matmul gives each matrix matmul_cpu's bits, for mixed types and splits") {
+    ThreadPool pool3(3);
+    const int64_t n_in = 96;
+    const DType dtypes[] = {DType::f16, DType::q4_1, DType::f32, DType::q8_0};
+    const int64_t n_outs[] = {13, 40, 7, 24};
+    std::vector<std::vector<uint8_t>> weights;
+    for (int i = 0; i < 4; i++)
+        weights.push_back(dtype_is_quantized(dtypes[i])
+                              ? random_quantized_rows(dtypes[i], n_outs[i], n_in, 700 + uint64_t(i))
+                              : encode(random_floats(size_t(n_outs[i] * n_in), -1, 1, 800 + uint64_t(i)), dtypes[i]));
+    for (int64_t n : {1, 5, 33}) {
+        CAPTURE(n);
+        std::vector<float> x = random_floats(size_t(n * n_in), -1, 1, 900 + uint64_t(n));
+        std::vector<std::vector<float>> shared(4), separate(4);
+        std::vector<MatmulOutput> outputs;
+        for (int i = 0; i < 4; i++) {
+            shared[size_t(i)].assign(size_t(n * n_outs[i]), 0.0f);
+            separate[size_t(i)].assign(size_t(n * n_outs[i]), 0.0f);
+            outputs.push_back({shared[size_t(i)].data(), weights[size_t(i)].data(), dtypes[i], n_outs[i]});
+            matmul_cpu(separate[size_t(i)].data(), x.data(), weights[size_t(i)].data(), dtypes[i], n, n_in, n_outs[i],
+                       nullptr);
+        }
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool3}) {
+            matmul_cpu_shared_input(outputs.data(), 4, x.data(), n, n_in, pool);
+            for (int i = 0; i < 4; i++) {
+                CAPTURE(i);
+                CHECK(same_bits(shared[size_t(i)].data(), separate[size_t(i)].data(), shared[size_t(i)].size()));
+            }
+        }
+    }
+}
+
 TEST_CASE("cpu_ops: dot_cpu equals the matmul element and axpy is an fma per element") {
     std::vector<float> a = random_floats(77, -1, 1, 11), b = random_floats(77, -1, 1, 12);
     float out = 0;
