@@ -156,6 +156,20 @@ int main(int argc, char** argv) {
     bench_cmd->add_flag_callback("--no-scenarios", [&bench] { bench.scenarios = false; },
                                  "Only the throughput tests (no prefix-cache and session scenarios)");
 
+    PerplexityOptions ppl;
+    auto* ppl_cmd =
+        app.add_subcommand("perplexity", "Measure a model's perplexity on a text file (llama-perplexity's method)");
+    add_engine_flags(ppl_cmd, ppl.engine, /*context_flags=*/false);
+    ppl_cmd->add_option("-f,--file", ppl.text_path, "Text file to evaluate")->required();
+    ppl_cmd->add_option_function<int32_t>(
+        "-c,--ctx-size", [&ppl](int32_t v) { ppl.engine.n_ctx = v; ppl.n_ctx_given = true; },
+        fmt::format("Chunk length in tokens; the second half of each chunk is scored (default: {}, or the model's "
+                    "context when smaller)", kDefaultPerplexityContext));
+    ppl_cmd->add_option("--chunks", ppl.n_chunks, "Evaluate at most N chunks (-1: all of the text)")
+        ->capture_default_str();
+    ppl_cmd->add_flag("--json", ppl.json, "Print the result as JSON on stdout");
+    ppl_cmd->add_flag("-q,--quiet", ppl.quiet, "Print nothing on stderr but errors");
+
     ChatOptions chat;
     std::string chat_seed;
     auto* chat_cmd = app.add_subcommand("chat", "Converse with a chat model (a terminal prompt, or one message per stdin line)");
@@ -199,7 +213,7 @@ int main(int argc, char** argv) {
 
     try {
         // CLI11 would answer these with "A subcommand is required"; say what is wrong instead.
-        const std::string commands = "kvlm convert, inspect, tokenize, run, chat, session or bench";
+        const std::string commands = "kvlm convert, inspect, tokenize, run, chat, session, bench or perplexity";
         if (argc > 1 && argv[1][0] != '-' && !is_subcommand(app, argv[1]))
             throw CLI::ParseError(fmt::format("unknown command '{}' ({})", argv[1], commands),
                                   CLI::ExitCodes::ExtrasError);
@@ -240,6 +254,7 @@ int main(int argc, char** argv) {
         }
         if (*session_cmd) return cmd_session(session);
         if (*bench_cmd) return cmd_bench(bench);
+        if (*ppl_cmd) return cmd_perplexity(ppl);
         return 1;
     };
     try {

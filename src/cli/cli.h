@@ -160,4 +160,17 @@ struct BenchOptions {
 };
 int cmd_bench(const BenchOptions& options);
 
+// `kvlm perplexity` (llama-perplexity's method, generate/perplexity.h). stdout carries the result only:
+// "PPL = X +/- Y", or with --json one JSON object; the running estimate, progress and stats go to stderr.
+struct PerplexityOptions {
+    EngineFlags engine;          // n_ctx is the chunk length (0: kDefaultPerplexityContext); kv_mem unused
+    bool n_ctx_given = false;    // -c on the command line (else 512, or the model's context when smaller)
+    std::string text_path;       // -f FILE
+    int32_t n_chunks = -1;       // --chunks: at most this many chunks (-1: every whole chunk of the text)
+    bool json = false;           // --json: the result as JSON on stdout
+    bool quiet = false;          // -q: nothing on stderr but errors
+};
+constexpr int32_t kDefaultPerplexityContext = 512;  // llama-perplexity's default -c
+int cmd_perplexity(const PerplexityOptions& options);
+
 }  // namespace kvlm

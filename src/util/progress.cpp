@@ -7,8 +7,8 @@
 
 namespace kvlm {
 
-ProgressBar::ProgressBar(std::string label, uint64_t total, bool enabled)
-    : label_(std::move(label)), total_(total), active_(enabled && ::isatty(STDERR_FILENO)) {
+ProgressBar::ProgressBar(std::string label, uint64_t total, bool enabled, std::string unit)
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total), active_(enabled && ::isatty(STDERR_FILENO)) {
     start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 
@@ -40,8 +40,13 @@ void ProgressBar::draw(uint64_t done, const std::string& detail) {
     for (int i = 0; i < kWidth; i++) bar[i] = i < filled ? '#' : '.';
     bar[kWidth] = '\0';
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    std::fprintf(stderr, "\r\033[K%s [%s] %3d%%  %.2f/%.2f GB  %.0fs  %s", label_.c_str(), bar, int(fraction * 100),
-                 double(done) / 1e9, double(total_) / 1e9, seconds, detail.c_str());
+    char amount[64];
+    if (unit_.empty())
+        std::snprintf(amount, sizeof amount, "%.2f/%.2f GB", double(done) / 1e9, double(total_) / 1e9);
+    else
+        std::snprintf(amount, sizeof amount, "%llu/%llu", (unsigned long long)done, (unsigned long long)total_);
+    std::fprintf(stderr, "\r\033[K%s [%s] %3d%%  %s%s%s  %.0fs  %s", label_.c_str(), bar, int(fraction * 100), amount,
+                 unit_.empty() ? "" : " ", unit_.c_str(), seconds, detail.c_str());
     std::fflush(stderr);
     drawn_ = true;
 }
