@@ -375,12 +375,13 @@ TEST_CASE("convert: --dtype q8_0/q4_0/q4_1 gives the gguf package's blocks for r
         auto m = ModelFile::open(dir.file(std::string(name) + ".kvlm"));
         m->verify();
         size_t n_compared = 0;
-        for (const auto& [tensor, checksum] : reference.at(name).items()) {
+        for (const auto& item : reference.at(name).items()) {
+            const std::string tensor = item.key(), checksum = item.value().get<std::string>();
             CAPTURE(tensor);
             const TensorInfo* t = m->find(tensor);
             REQUIRE(t != nullptr);
             CHECK(t->dtype == want);
-            CHECK(fmt::format("{:016x}", t->checksum) == checksum.get<std::string>());
+            CHECK(fmt::format("{:016x}", t->checksum) == checksum);
             n_compared++;
         }
         CHECK(n_compared == 31);
