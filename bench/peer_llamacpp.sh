@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench-peer`: kvlm beside its peer, llama.cpp as vendored in the PyPI sdist llama-cpp-python==0.3.36,
 # on this machine, in one run. Builds llama-bench, llama-perplexity, llama-quantize and llama-completion once
-# (cmake Release, GGML_NATIVE=ON; about 6 minutes on 2 cores) into a cache outside git, makes a GGUF of each
+# (cmake Release, GGML_NATIVE=ON but AMX, see below; about 7 minutes on 2 cores) into a cache outside git, makes a GGUF of each
 # type from the default model (SmolLM2-135M-Instruct Q4_1, `make models`) with llama-quantize, converts each
 # to .kvlm (quantized blocks copied as they are), then runs `llama-bench` and `kvlm bench` interleaved
 # (A B A B ..., one repetition each, same threads) for pp512 and tg128, and prints one markdown table with
@@ -29,6 +29,22 @@ die() { say "error: $*"; exit 1; }
 command -v cmake >/dev/null || die "cmake is required (apt-get install cmake)"
 mkdir -p "$PEER_CACHE" "$WORK"
 
+# llama.cpp's CPU flags: GGML_NATIVE=ON, except where the CPU lists AMX: -march=native then compiles ggml's
+# AMX kernels, and a VM that lists AMX without letting processes use its tile state kills llama-bench with
+# SIGILL (tilezero) on the first Q8_0 matmul. There, every other feature the CPU lists, explicitly.
+has_flag() { grep -m1 '^flags' /proc/cpuinfo | grep -qw "$1"; }
+peer_arch_flags() {
+    if ! has_flag amx_tile; then echo "-DGGML_NATIVE=ON"; return; fi
+    local f="-DGGML_NATIVE=OFF"
+    for pair in avx:GGML_AVX avx2:GGML_AVX2 fma:GGML_FMA f16c:GGML_F16C bmi2:GGML_BMI2 avx_vnni:GGML_AVX_VNNI \
+                avx512f:GGML_AVX512 avx512vbmi:GGML_AVX512_VBMI avx512_vnni:GGML_AVX512_VNNI \
+                avx512_bf16:GGML_AVX512_BF16; do
+        has_flag "${pair%%:*}" && f="$f -D${pair#*:}=ON"
+    done
+    echo "$f"
+}
+peer_arch_text() { has_flag amx_tile && echo "the CPU's features but AMX" || echo "GGML_NATIVE=ON"; }
+
 # 1. llama.cpp's source from the sdist, built once.
 LLAMA="$PEER_CACHE/llama.cpp"
 BIN="$LLAMA/build/bin"
@@ -42,8 +58,8 @@ if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-quantize" ] || [ ! -x "$BIN
         mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$LLAMA"
         rm -rf "$tmp"
     fi
-    say "building llama.cpp (cmake Release, GGML_NATIVE=ON)"
-    cmake -S "$LLAMA" -B "$LLAMA/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    say "building llama.cpp (cmake Release, $(peer_arch_text))"
+    cmake -S "$LLAMA" -B "$LLAMA/build" -DCMAKE_BUILD_TYPE=Release $(peer_arch_flags) -DLLAMA_CURL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
     cmake --build "$LLAMA/build" -j "$(nproc)" --target llama-bench llama-quantize llama-perplexity llama-completion >&2
 fi
@@ -82,7 +98,7 @@ stats() {  # values... -> "mean ± sd"
 }
 
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
-echo "kvlm vs llama.cpp ($SDIST_SPEC), $cpu, $THREADS threads, $REPS interleaved repetitions, $(date -u +%Y-%m-%d)"
+echo "kvlm vs llama.cpp ($SDIST_SPEC, $(peer_arch_text)), $cpu, $THREADS threads, $REPS interleaved repetitions, $(date -u +%Y-%m-%d)"
 echo
 echo "| type | test | llama.cpp t/s | kvlm t/s | kvlm / llama.cpp |"
 echo "| --- | --- | ---: | ---: | ---: |"

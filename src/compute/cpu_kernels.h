@@ -28,20 +28,23 @@ struct ActivationBlock {
     int16_t q[32];
 };
 
+// Floats of scratch matmul_widened needs for a tile of n_rows rows (row pairs interleaved per 8 columns,
+// padded to whole 8-column chunks, on the avx512 path).
+constexpr int64_t widened_scratch_floats(int64_t n_rows, int64_t n_in) { return (n_rows + 1) * ((n_in + 7) / 8 * 8); }
+
 struct CpuKernels {
     // The canonical dot product of a (n elements of a_dtype, f32/f16/bf16) and b (n floats).
     float (*dot)(const void* a, DType a_dtype, const float* b, int64_t n);
     // y[i] = fma(alpha, x[i], y[i]) for i < n (x converted from x_dtype, f32/f16/bf16).
     void (*axpy)(float* y, float alpha, const void* x, DType x_dtype, int64_t n);
-    // Rows [r0, r1) of out[t, r] = dot(w[r, :], x[t, :]) for tokens t < n, f32 weights (f16/bf16 rows are
-    // converted to f32 by the caller, see matmul_cpu.cpp). Rows of w start at w (row r at w + r * n_in).
-    void (*matmul_f32)(float* out, int64_t out_stride, const float* x, int64_t n, const float* w, int64_t n_in,
-                       int64_t r0, int64_t r1);
-    // Same for 16-bit rows that stay 16-bit (a few tokens: converting would cost more than it saves).
+    // Rows [r0, r1) of out[t, r] = dot(w[r, :], x[t, :]) for tokens t < n, weights as stored (a few tokens:
+    // widening 16-bit rows first would cost more than it saves).
     void (*matmul_16)(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
                       int64_t n_in, int64_t r0, int64_t r1);
-    // out[j] = f32 of src[j] for j < n (f16/bf16, exact).
-    void (*widen)(float* out, const void* src, DType dtype, int64_t n);
+    // out[t, r] for rows r < n_rows of the tile w (16-bit), tokens t < n: the tile is widened to f32 once into
+    // `scratch` (kWidenedScratch(n_rows, n_in) floats; the layout is the path's own) and reused by every token.
+    void (*matmul_widened)(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
+                           int64_t n_in, int64_t n_rows, float* scratch);
     // Quantizes n rows of n_in floats (n_in a multiple of 32) into n * n_in / 32 blocks.
     void (*quantize_rows)(ActivationBlock* out, const float* x, int64_t n, int64_t n_in);
     // Rows [r0, r1) of out[t, r] = dot(w[r, :], x[t, :]) for quantized weights (row_bytes per row) and

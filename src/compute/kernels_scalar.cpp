@@ -47,13 +47,10 @@ void matmul_16(float* out, int64_t out_stride, const float* x, int64_t n, const 
                                           x + t * n_in, n_in);
 }
 
-void matmul_f32(float* out, int64_t out_stride, const float* x, int64_t n, const float* w, int64_t n_in, int64_t r0,
-                int64_t r1) {
-    matmul_16(out, out_stride, x, n, w, DType::f32, n_in, r0, r1);
-}
-
-void widen(float* out, const void* src, DType dtype, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = load_element(src, dtype, i);
+void matmul_widened(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
+                    int64_t n_in, int64_t n_rows, float* scratch) {
+    for (int64_t i = 0; i < n_rows * n_in; i++) scratch[i] = load_element(w, w_dtype, i);
+    matmul_16(out, out_stride, x, n, scratch, DType::f32, n_in, 0, n_rows);
 }
 
 void quantize_rows(ActivationBlock* out, const float* x, int64_t n, int64_t n_in) {
@@ -112,6 +109,6 @@ void matmul_q(float* out, int64_t out_stride, const ActivationBlock* x, int64_t 
 
 }  // namespace
 
-const CpuKernels kScalarKernels = {dot, axpy, matmul_f32, matmul_16, widen, quantize_rows, matmul_q};
+const CpuKernels kScalarKernels = {dot, axpy, matmul_16, matmul_widened, quantize_rows, matmul_q};
 
 }  // namespace kvlm

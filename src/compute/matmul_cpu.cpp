@@ -51,7 +51,7 @@ const CpuKernels& kernels() { return kernels_of(cpu_path()); }
 // first widened to f32 (exactly) once per token tile, so the conversion is not repeated for every token.
 void matmul_rows_float(const CpuKernels& k, float* out, const float* x, const void* w, DType w_dtype, int64_t n,
                        int64_t n_in, int64_t n_out, int64_t row_begin, int64_t row_end) {
-    thread_local std::vector<float> widened;  // [kRowTile, n_in]; grows once
+    thread_local std::vector<float> scratch;  // widened_scratch_floats(kRowTile, n_in); grows once
     const size_t element = dtype_size(w_dtype);
     for (int64_t t0 = 0; t0 < n; t0 += kTokenTile) {
         const int64_t t1 = std::min(n, t0 + kTokenTile);
@@ -61,11 +61,12 @@ void matmul_rows_float(const CpuKernels& k, float* out, const float* x, const vo
                 k.matmul_16(out + t0 * n_out, n_out, x + t0 * n_in, t1 - t0, w, w_dtype, n_in, r0, r1);
                 continue;
             }
-            const size_t n_tile = size_t((r1 - r0) * n_in);
-            if (widened.size() < n_tile) widened.resize(n_tile);
-            k.widen(widened.data(), static_cast<const char*>(w) + size_t(r0 * n_in) * element, w_dtype, int64_t(n_tile));
-            // The tile's rows start at 0 in `widened`: shift `out` so that row r0 lands at column r0.
-            k.matmul_f32(out + t0 * n_out + r0, n_out, x + t0 * n_in, t1 - t0, widened.data(), n_in, 0, r1 - r0);
+            const size_t n_scratch = size_t(widened_scratch_floats(r1 - r0, n_in));
+            if (scratch.size() < n_scratch) scratch.resize(n_scratch);
+            // The tile's rows start at 0: shift `out` so that row r0 lands at column r0.
+            k.matmul_widened(out + t0 * n_out + r0, n_out, x + t0 * n_in, t1 - t0,
+                             static_cast<const char*>(w) + size_t(r0 * n_in) * element, w_dtype, n_in, r1 - r0,
+                             scratch.data());
         }
     }
 }
