@@ -34,23 +34,12 @@ constexpr size_t kStagingBytes = 32u << 20;   // per pinned staging buffer (two,
 constexpr int32_t kTensorCorePrefillMin = 16;  // batch size from which prefill attention uses tensor cores
 
 // The CUDA kernels read f32/f16/bf16 weights; quantized ones are refused by name, never converted silently.
-void refuse_quantized_weights(const ModelWeights& weights) {
-    auto check = [](const std::string& name, const TensorView& view) {
-        if (dtype_is_quantized(view.dtype))
-            throw_error("cuda backend: tensor {} is {}, and the CUDA backend does not run quantized weights yet "
-                        "(use --device cpu, or convert the model with --dtype f16)",
-                        name, dtype_name(view.dtype));
-    };
-    check(tensor_names::token_embd, weights.token_embd);
-    check(tensor_names::output, weights.output);
-    for (size_t i = 0; i < weights.layers.size(); i++) {
-        const LayerWeights& l = weights.layers[i];
-        const std::pair<const char*, const TensorView*> matrices[] = {
-            {"attn_q.weight", &l.attn_q},       {"attn_k.weight", &l.attn_k}, {"attn_v.weight", &l.attn_v},
-            {"attn_output.weight", &l.attn_output}, {"ffn_gate.weight", &l.ffn_gate}, {"ffn_up.weight", &l.ffn_up},
-            {"ffn_down.weight", &l.ffn_down}};
-        for (const auto& [suffix, view] : matrices) check(tensor_names::layer(int(i), suffix), *view);
-    }
+void refuse_quantized_weights(const ModelConfig& config, const ModelWeights& weights) {
+    std::string name;
+    if (const TensorView* view = first_quantized_tensor(config, weights, &name))
+        throw_error("cuda backend: tensor {} is {}, and the CUDA backend does not run quantized weights yet "
+                    "(use --device cpu, or convert the model with --dtype f16)",
+                    name, dtype_name(view->dtype));
 }
 
 // Device allocations freed when the owner dies (also when its constructor throws half-way).
@@ -135,7 +124,7 @@ public:
         : config_(config), device_(select_device(&prop_)) {
         config_.validate("cuda backend");
         check_model_weights(config_, weights, "cuda backend");
-        refuse_quantized_weights(weights);
+        refuse_quantized_weights(config_, weights);
         if (options.block_size < 1) throw_error("cuda backend: block size {} must be at least 1", options.block_size);
         if (config_.head_dim > kCudaMaxHeadDim)
             throw_error("cuda backend: head_dim {} is above the {} the attention kernel supports (use --device cpu)",

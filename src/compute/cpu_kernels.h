@@ -39,7 +39,7 @@ struct CpuKernels {
     void (*axpy)(float* y, float alpha, const void* x, DType x_dtype, int64_t n);
     // Rows [r0, r1) of out[t, r] = dot(w[r, :], x[t, :]) for tokens t < n, weights as stored (a few tokens:
     // widening 16-bit rows first would cost more than it saves).
-    void (*matmul_16)(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
+    void (*matmul_direct)(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
                       int64_t n_in, int64_t r0, int64_t r1);
     // out[t, r] for rows r < n_rows of the tile w (16-bit), tokens t < n: the tile is widened to f32 once into
     // `scratch` (kWidenedScratch(n_rows, n_in) floats; the layout is the path's own) and reused by every token.

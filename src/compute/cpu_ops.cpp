@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "compute/cpu_kernels.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -107,6 +108,7 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
     const int32_t head_dim = layout.head_dim, group = n_heads / layout.n_kv_heads;
     const size_t element_size = dtype_size(layout.dtype);
     const float inv_sqrt_dim = 1.0f / std::sqrt(float(head_dim));
+    const CpuKernels& kernels = cpu_kernels();  // looked up once, not per key
     auto task = [&](int64_t begin, int64_t end) {
         // Grows once to the longest context seen on this thread; decode does not allocate.
         thread_local std::vector<float> scores;
@@ -124,7 +126,7 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
             };
             float max_score = -INFINITY;
             for (int32_t j = 0; j < n_keys; j++) {
-                scores[size_t(j)] = dot_cpu(key_row(j, 0), layout.dtype, qh, head_dim) * inv_sqrt_dim;
+                scores[size_t(j)] = kernels.dot(key_row(j, 0), layout.dtype, qh, head_dim) * inv_sqrt_dim;
                 max_score = std::max(max_score, scores[size_t(j)]);
             }
             float sum = 0.0f;
@@ -135,7 +137,7 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
             float* oh = out + (int64_t(t) * n_heads + h) * head_dim;
             std::fill(oh, oh + head_dim, 0.0f);
             float inv_sum = 1.0f / sum;
-            for (int32_t j = 0; j < n_keys; j++) axpy_cpu(oh, scores[size_t(j)] * inv_sum, key_row(j, 1), layout.dtype, head_dim);
+            for (int32_t j = 0; j < n_keys; j++) kernels.axpy(oh, scores[size_t(j)] * inv_sum, key_row(j, 1), layout.dtype, head_dim);
         }
     };
     int64_t n_tasks = int64_t(n) * n_heads;

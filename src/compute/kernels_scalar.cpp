@@ -9,8 +9,6 @@ namespace kvlm {
 
 namespace {
 
-float half_to_float(uint16_t h) { return f16_to_f32(h); }
-
 float load_element(const void* p, DType dtype, int64_t i) {
     if (dtype == DType::f32) return static_cast<const float*>(p)[i];
     uint16_t h;
@@ -38,7 +36,7 @@ void axpy(float* y, float alpha, const void* x, DType x_dtype, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = std::fma(alpha, load_element(x, x_dtype, i), y[i]);
 }
 
-void matmul_16(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
+void matmul_direct(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
                int64_t n_in, int64_t r0, int64_t r1) {
     const size_t element = w_dtype == DType::f32 ? 4 : 2;
     for (int64_t t = 0; t < n; t++)
@@ -50,7 +48,7 @@ void matmul_16(float* out, int64_t out_stride, const float* x, int64_t n, const 
 void matmul_widened(float* out, int64_t out_stride, const float* x, int64_t n, const void* w, DType w_dtype,
                     int64_t n_in, int64_t n_rows, float* scratch) {
     for (int64_t i = 0; i < n_rows * n_in; i++) scratch[i] = load_element(w, w_dtype, i);
-    matmul_16(out, out_stride, x, n, scratch, DType::f32, n_in, 0, n_rows);
+    matmul_direct(out, out_stride, x, n, scratch, DType::f32, n_in, 0, n_rows);
 }
 
 void quantize_rows(ActivationBlock* out, const float* x, int64_t n, int64_t n_in) {
@@ -91,8 +89,8 @@ float dot_q(const uint8_t* w, DType w_dtype, const ActivationBlock* x, int64_t n
         const uint8_t* block = w + size_t(b) * block_bytes;
         int32_t sum = 0;
         for (int j = 0; j < 32; j++) sum += weight_int(block, w_dtype, j) * int32_t(x[b].q[j]);
-        acc = std::fma(float(sum), half_to_float(load_u16(block)) * x[b].d, acc);
-        if (w_dtype == DType::q4_1) bias = std::fma(half_to_float(load_u16(block + 2)), x[b].s, bias);
+        acc = std::fma(float(sum), f16_to_f32(load_u16(block)) * x[b].d, acc);
+        if (w_dtype == DType::q4_1) bias = std::fma(f16_to_f32(load_u16(block + 2)), x[b].s, bias);
     }
     return acc + bias;
 }
@@ -109,6 +107,6 @@ void matmul_q(float* out, int64_t out_stride, const ActivationBlock* x, int64_t 
 
 }  // namespace
 
-const CpuKernels kScalarKernels = {dot, axpy, matmul_16, matmul_widened, quantize_rows, matmul_q};
+const CpuKernels kScalarKernels = {dot, axpy, matmul_direct, matmul_widened, quantize_rows, matmul_q};
 
 }  // namespace kvlm

@@ -45,7 +45,6 @@ CpuPath initial_path() {
 // -1 until first use; then the CpuPath in use.
 std::atomic<int> g_path{-1};
 
-const CpuKernels& kernels() { return kernels_of(cpu_path()); }
 
 // Rows [row_begin, row_end) of out = x w^T for all n tokens, float weights. For batches, f16/bf16 row tiles are
 // first widened to f32 (exactly) once per token tile, so the conversion is not repeated for every token.
@@ -58,7 +57,7 @@ void matmul_rows_float(const CpuKernels& k, float* out, const float* x, const vo
         for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
             const int64_t r1 = std::min(row_end, r0 + kRowTile);
             if (w_dtype == DType::f32 || t1 - t0 < 4) {
-                k.matmul_16(out + t0 * n_out, n_out, x + t0 * n_in, t1 - t0, w, w_dtype, n_in, r0, r1);
+                k.matmul_direct(out + t0 * n_out, n_out, x + t0 * n_in, t1 - t0, w, w_dtype, n_in, r0, r1);
                 continue;
             }
             const size_t n_scratch = size_t(widened_scratch_floats(r1 - r0, n_in));
@@ -93,6 +92,8 @@ CpuPath cpu_path() {
     return CpuPath(path);
 }
 
+const CpuKernels& cpu_kernels() { return kernels_of(cpu_path()); }
+
 std::string cpu_path_text() { return cpu_path_description(cpu_path(), detect_cpu_features()); }
 
 void set_cpu_path(CpuPath path) {
@@ -101,9 +102,9 @@ void set_cpu_path(CpuPath path) {
     g_path.store(int(path), std::memory_order_relaxed);
 }
 
-float dot_cpu(const void* a, DType a_dtype, const float* b, int64_t n) { return kernels().dot(a, a_dtype, b, n); }
+float dot_cpu(const void* a, DType a_dtype, const float* b, int64_t n) { return cpu_kernels().dot(a, a_dtype, b, n); }
 
-void axpy_cpu(float* y, float alpha, const void* x, DType x_dtype, int64_t n) { kernels().axpy(y, alpha, x, x_dtype, n); }
+void axpy_cpu(float* y, float alpha, const void* x, DType x_dtype, int64_t n) { cpu_kernels().axpy(y, alpha, x, x_dtype, n); }
 
 void matmul_cpu(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in, int64_t n_out,
                 ThreadPool* pool) {
@@ -113,7 +114,7 @@ void matmul_cpu(float* out, const float* x, const void* w, DType w_dtype, int64_
 
 void matmul_cpu_shared_input(const MatmulOutput* outputs, int n_outputs, const float* x, int64_t n, int64_t n_in,
                              ThreadPool* pool) {
-    const CpuKernels& k = kernels();
+    const CpuKernels& k = cpu_kernels();
     int64_t total_rows = 0;
     bool any_quantized = false;
     for (int i = 0; i < n_outputs; i++) {

@@ -20,6 +20,11 @@ std::string cpu_path_text();
 // Switches the path (tests compare paths); throws Error when the CPU lacks it.
 void set_cpu_path(CpuPath path);
 
+struct CpuKernels;
+// The kernel set of the current path (compute/cpu_kernels.h), for loops that call a kernel per key or row
+// and should not look the path up every time.
+const CpuKernels& cpu_kernels();
+
 // The canonical dot product of a (n elements of a_dtype: f32, f16 or bf16) and b (n floats).
 float dot_cpu(const void* a, DType a_dtype, const float* b, int64_t n);
 // y[i] = fma(alpha, x[i], y[i]) for i < n (x converted from x_dtype: f32, f16 or bf16).
