@@ -11,6 +11,11 @@
 //   order: S = the exact integer sum of w[j]*q[j] (w = q, nibble - 8, or nibble), acc = fma(float(S),
 //   dw*dx, acc) (float(S) rounded to nearest even); q4_1 also bias = fma(m, s, bias) (s = dx * sum q).
 //   The result is acc + bias. SIMD paths run 8 rows at once, one row per lane.
+// - attention (attend_block, keys in chunks of kAttentionChunk positions, in increasing position): s_j = dot(k_j, q) * scale
+//   (the canonical dot); keys past the query's position take no part; m' = max(m, max_j s_j); alpha = 0 when
+//   m is -inf, else exp_c(m - m'); p_j = exp_c(s_j - m'); l = l * alpha, then l += p_j in increasing j;
+//   o = o * alpha, then o = fma(p_j, v_j, o) in increasing j; m = m'. exp_c is canonical_exp below, the same
+//   operations on every path (fma, nearest-even rounding, an exponent built from bits).
 // Kernel translation units call no inline function or template of external linkage (std::min, dtype.h's
 // helpers) and keep their own code in an anonymous namespace: a copy of such a function compiled with
 // AVX-512 flags could be the one the linker keeps for the whole program, and crash a machine without AVX-512.
@@ -32,6 +37,45 @@ struct ActivationBlock {
 // padded to whole 8-column chunks, on the avx512 path).
 constexpr int64_t widened_scratch_floats(int64_t n_rows, int64_t n_in) { return (n_rows + 1) * ((n_in + 7) / 8 * 8); }
 
+// exp_c(x): Cody-Waite reduction x = n ln2 + r, exp(r) = 1 + r + r^2 P(r) with Cephes' expf polynomial,
+// times 2^n; arguments are clamped to [kExpMin, kExpMax] (exp of about 1.6e-38 to 1.7e38, so that 2^n is a
+// normal float). Within 2 ulp of expf inside that range.
+constexpr float kExpMin = -87.0f, kExpMax = 88.0f;
+constexpr float kExpLog2e = 1.44269504088896341f;
+constexpr float kExpLn2Hi = 0.693359375f, kExpLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+// Queries of one attend_block call: n_q rows of head_dim floats; query i sees keys up to position last[i]
+// and carries its running max m[i] (-inf before the first key), sum l[i] and unnormalised output
+// o[i * head_dim ...]. scores: scratch for kAttentionChunk floats.
+struct AttentionQueries {
+    const float* q;
+    const int32_t* last;
+    float* m;
+    float* l;
+    float* o;
+    float* scores;
+    int32_t n_q;
+    int32_t head_dim;
+    float scale;
+};
+// Keys of one attend_block call: kAttentionChunk positions key0 .. key0 + n_keys - 1 (key0 a multiple of
+// kAttentionChunk, whatever the KV block size, so that results do not depend on it); key j's row at k[j]
+// and its value row at v[j] (dtype f32, f16 or bf16). Every query's last is >= key0.
+constexpr int32_t kAttentionChunk = 32;
+struct AttentionKeys {
+    const void* const* k;
+    const void* const* v;
+    DType dtype;
+    int32_t key0;
+    int32_t n_keys;
+};
+
+// Bytes of scratch matmul_q needs for n_rows rows of n_in weights: per row and block, 32 16-bit weights, a
+// scale and a min as floats.
+constexpr int64_t quantized_scratch_bytes(int64_t n_rows, int64_t n_in) { return n_rows * (n_in / 32) * (64 + 8); }
+
 struct CpuKernels {
     // The canonical dot product of a (n elements of a_dtype, f32/f16/bf16) and b (n floats).
     float (*dot)(const void* a, DType a_dtype, const float* b, int64_t n);
@@ -48,9 +92,14 @@ struct CpuKernels {
     // Quantizes n rows of n_in floats (n_in a multiple of 32) into n * n_in / 32 blocks.
     void (*quantize_rows)(ActivationBlock* out, const float* x, int64_t n, int64_t n_in);
     // Rows [r0, r1) of out[t, r] = dot(w[r, :], x[t, :]) for quantized weights (row_bytes per row) and
-    // quantized activations (n_in / 32 blocks per token).
+    // quantized activations (n_in / 32 blocks per token). scratch: quantized_scratch_bytes(r1 - r0, n_in)
+    // bytes, float-aligned (batches unpack the rows there once for all their tokens).
     void (*matmul_q)(float* out, int64_t out_stride, const ActivationBlock* x, int64_t n, const void* w, DType w_dtype,
-                     int64_t n_in, int64_t r0, int64_t r1);
+                     int64_t n_in, int64_t r0, int64_t r1, void* scratch);
+    // One chunk of keys of online-softmax attention for every query (the canonical order above).
+    void (*attend_block)(const AttentionQueries& queries, const AttentionKeys& keys);
+    // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp_c(-gate[i])) * up[i]; out may alias gate.
+    void (*swiglu)(float* out, const float* gate, const float* up, int64_t n);
 };
 
 extern const CpuKernels kScalarKernels;

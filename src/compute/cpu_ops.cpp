@@ -105,54 +105,82 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
                          const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads,
                          ThreadPool* pool) {
     if (n <= 0) return;
+    for (int32_t t = 1; t < n; t++) KVLM_ASSERT(positions[t] >= positions[t - 1], "attention: positions must not decrease");
     const int32_t head_dim = layout.head_dim, group = n_heads / layout.n_kv_heads;
     const size_t element_size = dtype_size(layout.dtype);
-    const float inv_sqrt_dim = 1.0f / std::sqrt(float(head_dim));
-    const CpuKernels& kernels = cpu_kernels();  // looked up once, not per key
-    auto task = [&](int64_t begin, int64_t end) {
-        // Grows once to the longest context seen on this thread; decode does not allocate.
-        thread_local std::vector<float> scores;
-        for (int64_t task_index = begin; task_index < end; task_index++) {
-            // Head-major task order: a contiguous chunk covers all queries of some heads, which balances
-            // the causal cost (later queries attend more keys) across threads.
-            int32_t h = int32_t(task_index / n), t = int32_t(task_index % n);
-            int32_t kv_head = h / group, n_keys = positions[t] + 1;
-            if (scores.size() < size_t(n_keys)) scores.resize(size_t(n_keys));
-            const float* qh = q + (int64_t(t) * n_heads + h) * head_dim;
-            auto key_row = [&](int32_t j, int32_t kind) {
-                int64_t offset = layout.row_offset(block_table[j / layout.block_size], layer, kind,
-                                                   j % layout.block_size) + int64_t(kv_head) * head_dim;
-                return static_cast<const void*>(static_cast<const char*>(kv) + size_t(offset) * element_size);
-            };
-            float max_score = -INFINITY;
+    const CpuKernels& kernels = cpu_kernels();  // looked up once, not per chunk
+    // A task is one head over a tile of consecutive queries: each chunk of keys is read once for the whole
+    // tile (and stays in L1 while its queries use it). Every query's result is the same bits whatever the
+    // tile, so the tiling is free to change with n.
+    constexpr int32_t kTileQueries = 16;
+    const int32_t n_tiles = (n + kTileQueries - 1) / kTileQueries;
+    auto task = [&](int64_t index) {
+        // Costliest first (the last tiles see the most keys), for the dynamic scheduling below.
+        const int32_t tile = n_tiles - 1 - int32_t(index / n_heads), h = int32_t(index % n_heads);
+        const int32_t t0 = tile * kTileQueries, n_q = std::min(kTileQueries, n - t0), kv_head = h / group;
+        // Per thread; grows once (decode does not allocate).
+        thread_local std::vector<float> state;
+        thread_local std::vector<int32_t> last;
+        const size_t n_state = size_t(n_q) * size_t(2 * head_dim + 2) + size_t(kAttentionChunk);
+        if (state.size() < n_state) state.resize(n_state);
+        if (last.size() < size_t(n_q)) last.resize(size_t(n_q));
+        float* queries = state.data();
+        float* o = queries + size_t(n_q) * size_t(head_dim);
+        float* m = o + size_t(n_q) * size_t(head_dim);
+        float* l = m + n_q;
+        float* scores = l + n_q;
+        for (int32_t i = 0; i < n_q; i++) {
+            const float* qh = q + (int64_t(t0 + i) * n_heads + h) * head_dim;
+            std::copy(qh, qh + head_dim, queries + int64_t(i) * head_dim);
+            last[size_t(i)] = positions[t0 + i];
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+        }
+        std::fill(o, o + int64_t(n_q) * head_dim, 0.0f);
+        const float scale = 1.0f / std::sqrt(float(head_dim));
+        const int32_t last_key = positions[t0 + n_q - 1];
+        const void* k_rows[kAttentionChunk];
+        const void* v_rows[kAttentionChunk];
+        int32_t first = 0;  // the tile's first query that sees the chunk (positions do not decrease)
+        for (int32_t key0 = 0; key0 <= last_key; key0 += kAttentionChunk) {
+            while (last[size_t(first)] < key0) first++;
+            const int32_t n_keys = std::min(kAttentionChunk, last_key - key0 + 1);
             for (int32_t j = 0; j < n_keys; j++) {
-                scores[size_t(j)] = kernels.dot(key_row(j, 0), layout.dtype, qh, head_dim) * inv_sqrt_dim;
-                max_score = std::max(max_score, scores[size_t(j)]);
+                const int32_t pos = key0 + j, block = block_table[pos / layout.block_size], slot = pos % layout.block_size;
+                const int64_t k_offset = layout.row_offset(block, layer, 0, slot) + int64_t(kv_head) * head_dim;
+                const int64_t v_offset = layout.row_offset(block, layer, 1, slot) + int64_t(kv_head) * head_dim;
+                k_rows[j] = static_cast<const char*>(kv) + size_t(k_offset) * element_size;
+                v_rows[j] = static_cast<const char*>(kv) + size_t(v_offset) * element_size;
             }
-            float sum = 0.0f;
-            for (int32_t j = 0; j < n_keys; j++) {
-                scores[size_t(j)] = std::exp(scores[size_t(j)] - max_score);
-                sum += scores[size_t(j)];
-            }
-            float* oh = out + (int64_t(t) * n_heads + h) * head_dim;
-            std::fill(oh, oh + head_dim, 0.0f);
-            float inv_sum = 1.0f / sum;
-            for (int32_t j = 0; j < n_keys; j++) kernels.axpy(oh, scores[size_t(j)] * inv_sum, key_row(j, 1), layout.dtype, head_dim);
+            const AttentionQueries tile_queries{queries + int64_t(first) * head_dim,
+                                                last.data() + first,
+                                                m + first,
+                                                l + first,
+                                                o + int64_t(first) * head_dim,
+                                                scores,
+                                                n_q - first,
+                                                head_dim,
+                                                scale};
+            kernels.attend_block(tile_queries, AttentionKeys{k_rows, v_rows, layout.dtype, key0, n_keys});
+        }
+        for (int32_t i = 0; i < n_q; i++) {
+            float* oh = out + (int64_t(t0 + i) * n_heads + h) * head_dim;
+            const float inv_sum = 1.0f / l[i];
+            for (int32_t d = 0; d < head_dim; d++) oh[d] = o[int64_t(i) * head_dim + d] * inv_sum;
         }
     };
-    int64_t n_tasks = int64_t(n) * n_heads;
+    const int64_t n_tasks = int64_t(n_tiles) * n_heads;
     // Small jobs (a few short heads) run on the calling thread: waking workers costs more.
-    int64_t work = n_tasks * (int64_t(positions[n - 1]) + 1) * head_dim;
-    if (pool && work >= (1 << 15)) pool->parallel_for(n_tasks, task);
-    else task(0, n_tasks);
+    const int64_t work = int64_t(n) * n_heads * (int64_t(positions[n - 1]) + 1) * head_dim;
+    if (pool && work >= (1 << 15)) {
+        pool->parallel_for_each(n_tasks, task);
+    } else {
+        for (int64_t i = 0; i < n_tasks; i++) task(i);
+    }
 }
 
 void swiglu_cpu(float* out, const float* gate, const float* up, int32_t n, int32_t n_ff) {
-    int64_t total = int64_t(n) * n_ff;
-    for (int64_t i = 0; i < total; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
+    cpu_kernels().swiglu(out, gate, up, int64_t(n) * n_ff);
 }
 
 }  // namespace kvlm

@@ -1,5 +1,6 @@
 // The portable kernel set: plain C++ in the canonical order of compute/cpu_kernels.h, the reference every
 // SIMD path matches bit for bit, and the path for CPUs without AVX2.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -96,7 +97,7 @@ float dot_q(const uint8_t* w, DType w_dtype, const ActivationBlock* x, int64_t n
 }
 
 void matmul_q(float* out, int64_t out_stride, const ActivationBlock* x, int64_t n, const void* w, DType w_dtype,
-              int64_t n_in, int64_t r0, int64_t r1) {
+              int64_t n_in, int64_t r0, int64_t r1, void* scratch) {
     const int64_t n_blocks = n_in / 32;
     const size_t row_bytes = size_t(n_blocks) * dtype_block_bytes(w_dtype);
     for (int64_t t = 0; t < n; t++)
@@ -105,8 +106,51 @@ void matmul_q(float* out, int64_t out_stride, const ActivationBlock* x, int64_t 
                 dot_q(static_cast<const uint8_t*>(w) + size_t(r) * row_bytes, w_dtype, x + t * n_blocks, n_blocks);
 }
 
+float exp_c(float x) {
+    x = x < kExpMin ? kExpMin : (x > kExpMax ? kExpMax : x);
+    const float n = std::nearbyint(x * kExpLog2e);
+    float r = std::fma(n, -kExpLn2Hi, x);
+    r = std::fma(n, -kExpLn2Lo, r);
+    const float z = r * r;
+    float p = kExpP[0];
+    for (int i = 1; i < 6; i++) p = std::fma(p, r, kExpP[i]);
+    const float y = std::fma(p, z, r) + 1.0f;
+    const uint32_t bits = uint32_t(int32_t(n) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, 4);
+    return y * scale;
+}
+
+void attend_block(const AttentionQueries& qs, const AttentionKeys& keys) {
+    for (int32_t i = 0; i < qs.n_q; i++) {
+        const float* q = qs.q + int64_t(i) * qs.head_dim;
+        float* o = qs.o + int64_t(i) * qs.head_dim;
+        const int32_t n_valid = std::min(keys.n_keys, qs.last[i] - keys.key0 + 1);
+        float block_max = -INFINITY;
+        for (int32_t j = 0; j < n_valid; j++) {
+            qs.scores[j] = dot(keys.k[j], keys.dtype, q, qs.head_dim) * qs.scale;
+            block_max = std::fmax(block_max, qs.scores[j]);
+        }
+        const float m = std::fmax(qs.m[i], block_max);
+        const float alpha = qs.m[i] == -INFINITY ? 0.0f : exp_c(qs.m[i] - m);
+        qs.m[i] = m;
+        float l = qs.l[i] * alpha;
+        for (int32_t j = 0; j < n_valid; j++) {
+            qs.scores[j] = exp_c(qs.scores[j] - m);
+            l += qs.scores[j];
+        }
+        qs.l[i] = l;
+        for (int32_t d = 0; d < qs.head_dim; d++) o[d] *= alpha;
+        for (int32_t j = 0; j < n_valid; j++) axpy(o, qs.scores[j], keys.v[j], keys.dtype, qs.head_dim);
+    }
+}
+
+void swiglu(float* out, const float* gate, const float* up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + exp_c(-gate[i])) * up[i];
+}
+
 }  // namespace
 
-const CpuKernels kScalarKernels = {dot, axpy, matmul_direct, matmul_widened, quantize_rows, matmul_q};
+const CpuKernels kScalarKernels = {dot, axpy, matmul_direct, matmul_widened, quantize_rows, matmul_q, attend_block, swiglu};
 
 }  // namespace kvlm

@@ -73,11 +73,15 @@ void matmul_rows_float(const CpuKernels& k, float* out, const float* x, const vo
 void matmul_rows_quantized(const CpuKernels& k, float* out, const ActivationBlock* xq, const void* w, DType w_dtype,
                            int64_t n, int64_t n_in, int64_t n_out, int64_t row_begin, int64_t row_end) {
     const int64_t n_blocks = n_in / kQuantBlock;
+    // quantized_scratch_bytes(kRowTile, n_in), in floats.
+    thread_local std::vector<float> scratch;
+    const size_t n_scratch = size_t(quantized_scratch_bytes(kRowTile, n_in) / 4);
+    if (scratch.size() < n_scratch) scratch.resize(n_scratch);
     for (int64_t t0 = 0; t0 < n; t0 += kTokenTile) {
         const int64_t t1 = std::min(n, t0 + kTokenTile);
         for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile)
             k.matmul_q(out + t0 * n_out, n_out, xq + t0 * n_blocks, t1 - t0, w, w_dtype, n_in, r0,
-                       std::min(row_end, r0 + kRowTile));
+                       std::min(row_end, r0 + kRowTile), scratch.data());
     }
 }
 

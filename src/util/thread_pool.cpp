@@ -142,4 +142,17 @@ void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn,
     run(chunk);
 }
 
+void ThreadPool::parallel_for_each(int64_t n, FunctionRef<void(int64_t)> fn) {
+    if (n <= 0) return;
+    if (n == 1 || n_threads_ == 1) {
+        for (int64_t i = 0; i < n; i++) fn(i);
+        return;
+    }
+    std::atomic<int64_t> next{0};
+    run([&](int32_t) {
+        for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n; i = next.fetch_add(1, std::memory_order_relaxed))
+            fn(i);
+    });
+}
+
 }  // namespace kvlm

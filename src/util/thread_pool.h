@@ -48,6 +48,9 @@ public:
     // Splits [0, n) into n_threads contiguous near-equal chunks and calls fn(begin, end) for each
     // non-empty one. Chunk boundaries are multiples of `grain` (except the end).
     void parallel_for(int64_t n, FunctionRef<void(int64_t begin, int64_t end)> fn, int64_t grain = 1);
+    // Calls fn(i) for every i in [0, n), each thread taking the next index as it finishes one: for tasks of
+    // unequal cost (order them costliest first). Which thread runs an index varies from call to call.
+    void parallel_for_each(int64_t n, FunctionRef<void(int64_t index)> fn);
 
 private:
     void worker_loop(int32_t index);

@@ -436,10 +436,13 @@ std::vector<float> run_attention(const AttentionCase& c, int32_t block_size, int
 
 TEST_CASE("cpu_ops: kv_write + paged_attention == contiguous causal GQA attention (double reference)") {
     ThreadPool pool3(3);
-    const int32_t n_ctx = 37;
-    const std::vector<int32_t> query_positions = {0, 5, 16, 24, 36, 36};
+    // Keys span three chunks of kAttentionChunk; queries sit on both sides of chunk and block boundaries and
+    // in runs longer than a query tile (positions must not decrease).
+    const int32_t n_ctx = 75;
+    std::vector<int32_t> query_positions = {0, 5, 16, 24, 31, 32, 33, 36, 36};
+    for (int32_t p = 50; p < n_ctx; p++) query_positions.push_back(p);
     uint64_t seed = 100;
-    for (int32_t head_dim : {8, 64, 128})
+    for (int32_t head_dim : {8, 12, 40, 64, 128})  // 12 and 40: vector tails
         for (int32_t group : {1, 2, 4, 8})
             for (int32_t n_kv_heads : {1, 2})
                 for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
@@ -486,6 +489,13 @@ TEST_CASE("cpu_ops: kv_write + paged_attention == contiguous causal GQA attentio
                         // Identical bits for any block size, block order and thread count.
                         if (first.empty()) first = got;
                         else CHECK(same_bits(first.data(), got.data(), got.size()));
+                    }
+                    // Each query alone (as in decode) gives the bits it has in the batch.
+                    const size_t per_query = size_t(n_heads * head_dim);
+                    for (size_t t = 0; t < query_positions.size(); t += 7) {
+                        std::vector<float> q_one(q.begin() + long(t * per_query), q.begin() + long((t + 1) * per_query));
+                        std::vector<float> alone = run_attention(c, 16, n_ctx, k, v, q_one, {query_positions[t]}, nullptr);
+                        CHECK(same_bits(alone.data(), first.data() + t * per_query, per_query));
                     }
                 }
 }
