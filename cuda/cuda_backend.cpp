@@ -33,14 +33,11 @@ constexpr int64_t kAttentionSplitRows = 256;  // (head, split) rows per query he
 constexpr size_t kStagingBytes = 32u << 20;   // per pinned staging buffer (two, double-buffered)
 constexpr int32_t kTensorCorePrefillMin = 16;  // batch size from which prefill attention uses tensor cores
 
-// The CUDA kernels read f32/f16/bf16 weights; quantized ones are refused by name, never converted silently.
-void refuse_quantized_weights(const ModelConfig& config, const ModelWeights& weights) {
-    std::string name;
-    if (const TensorView* view = first_quantized_tensor(config, weights, &name))
-        throw_error("cuda backend: tensor {} is {}, and the CUDA backend does not run quantized weights yet "
-                    "(use --device cpu, or convert the model with --dtype f16)",
-                    name, dtype_name(view->dtype));
-}
+constexpr int64_t kDequantTileElements = int64_t(16) << 20;  // f16 scratch for prefill weight tiles (32 MiB)
+
+// The 16-bit type a prefill GEMM's input takes for weights of `dtype`: the weights' own, and f16 for quantized
+// weights (their tiles are dequantized to f16, see launch_matmul_quantized).
+DType gemm_input_dtype(DType dtype) { return dtype_is_quantized(dtype) ? DType::f16 : dtype; }
 
 // Device allocations freed when the owner dies (also when its constructor throws half-way).
 class DeviceArena {
@@ -124,7 +121,6 @@ public:
         : config_(config), device_(select_device(&prop_)) {
         config_.validate("cuda backend");
         check_model_weights(config_, weights, "cuda backend");
-        refuse_quantized_weights(config_, weights);
         if (options.block_size < 1) throw_error("cuda backend: block size {} must be at least 1", options.block_size);
         if (config_.head_dim > kCudaMaxHeadDim)
             throw_error("cuda backend: head_dim {} is above the {} the attention kernel supports (use --device cpu)",
@@ -321,6 +317,7 @@ private:
         up_ = arena_.alloc<float>(b * c.n_ff, "activations");
         size_t widest = std::max({size_t(c.n_embd), q_dim, size_t(c.n_ff)});
         converted_ = arena_.alloc<uint16_t>(b * widest, "GEMM input scratch");
+        allocate_dequant_tile();
         logits_ = arena_.alloc<float>(size_t(std::min(max_batch_, kLogitsRows)) * c.n_vocab, "the logits buffer");
         attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;
         attention_.partials = arena_.alloc<float>(size_t(attention_.max_rows) * (kCudaMaxHeadDim + 2),
@@ -332,6 +329,26 @@ private:
                                    stream()));
         CUDA_CHECK(cudaStreamSynchronize(stream()));
         ensure_table_capacity(std::max<int64_t>(n_kv_blocks_, (int64_t(c.n_ctx) + layout_.block_size - 1) / layout_.block_size));
+    }
+
+    // Quantized matrices (weights stay quantized on the device): prefill GEMMs widen kDequantTileElements of
+    // weights (whole rows, at least one) at a time to f16, so the scratch is the largest quantized matrix or
+    // that much, whichever is smaller. None without quantized matrices.
+    void allocate_dequant_tile() {
+        int64_t largest = 0, widest_row = 0;
+        auto note = [&](const TensorView& v) {
+            if (!v.data || !dtype_is_quantized(v.dtype)) return;
+            largest = std::max(largest, v.n_elements());
+            widest_row = std::max(widest_row, v.shape[1]);
+        };
+        note(weights_.output);
+        for (const LayerWeights& lw : weights_.layers)
+            for (const TensorView* v : {&lw.attn_q, &lw.attn_k, &lw.attn_v, &lw.attn_output, &lw.ffn_gate, &lw.ffn_up,
+                                        &lw.ffn_down})
+                note(*v);
+        if (largest == 0) return;
+        dequant_elements_ = std::max(std::min(largest, kDequantTileElements), widest_row);
+        dequant_ = arena_.alloc<uint16_t>(size_t(dequant_elements_), "the dequantized weight tile");
     }
 
     // Device and pinned room for [max_batch] tokens, [max_batch] positions and [n_blocks] table entries.
@@ -347,13 +364,19 @@ private:
     }
 
     void matmul(float* out, const float* in, const TensorView& w, int32_t n) {
+        if (dtype_is_quantized(w.dtype)) {
+            launch_convert_from_f32(converted_, in, DType::f16, int64_t(n) * w.shape[1], stream());
+            gemm(out, converted_, w, n);
+            return;
+        }
         launch_matmul(cublas_->handle, out, in, w.data, w.dtype, n, w.shape[1], w.shape[0], converted_, stream());
     }
 
-    // The input of GEMMs over weights of `dtype`: n rows of x (width floats), RMS-normalised by `norm` when
-    // given, as f32 (x itself or h_) for f32 weights, else rounded to the weights' 16-bit type in converted_
-    // in the same pass. Valid until the next gemm_input.
-    const void* gemm_input(const float* x, const float* norm, int32_t n, int32_t width, DType dtype) {
+    // The input of GEMMs over weights of `weight_dtype`: n rows of x (width floats), RMS-normalised by `norm`
+    // when given, as f32 (x itself or h_) for f32 weights, else rounded to gemm_input_dtype in converted_ in
+    // the same pass. Valid until the next gemm_input.
+    const void* gemm_input(const float* x, const float* norm, int32_t n, int32_t width, DType weight_dtype) {
+        const DType dtype = gemm_input_dtype(weight_dtype);
         if (dtype == DType::f32) {
             if (!norm) return x;
             launch_rmsnorm(h_, x, norm, n, width, config_.norm_eps, stream());
@@ -364,8 +387,13 @@ private:
         return converted_;
     }
 
-    // out = W in, or out += W in when accumulate (in from gemm_input, in w's dtype).
+    // out = W in, or out += W in when accumulate (in from gemm_input, in gemm_input_dtype(w.dtype)).
     void gemm(float* out, const void* in, const TensorView& w, int32_t n, bool accumulate = false) {
+        if (dtype_is_quantized(w.dtype)) {
+            launch_matmul_quantized(cublas_->handle, out, in, w.data, w.dtype, n, w.shape[1], w.shape[0], accumulate,
+                                    dequant_, std::max<int64_t>(1, dequant_elements_ / w.shape[1]), stream());
+            return;
+        }
         launch_matmul_prepared(cublas_->handle, out, in, w.data, w.dtype, n, w.shape[1], w.shape[0], accumulate,
                                stream());
     }
@@ -385,9 +413,10 @@ private:
             const float* attn_norm = f32(lw.attn_norm);
             const void* in = gemm_input(x_, attn_norm, n, dim, lw.attn_q.dtype);
             gemm(q_, in, lw.attn_q, n);
-            if (lw.attn_k.dtype != lw.attn_q.dtype) in = gemm_input(x_, attn_norm, n, dim, lw.attn_k.dtype);
+            const auto differ = [](DType a, DType b) { return gemm_input_dtype(a) != gemm_input_dtype(b); };
+            if (differ(lw.attn_k.dtype, lw.attn_q.dtype)) in = gemm_input(x_, attn_norm, n, dim, lw.attn_k.dtype);
             gemm(k_, in, lw.attn_k, n);
-            if (lw.attn_v.dtype != lw.attn_k.dtype) in = gemm_input(x_, attn_norm, n, dim, lw.attn_v.dtype);
+            if (differ(lw.attn_v.dtype, lw.attn_k.dtype)) in = gemm_input(x_, attn_norm, n, dim, lw.attn_v.dtype);
             gemm(v_, in, lw.attn_v, n);
             if (c.qkv_bias) {
                 launch_add_bias(q_, f32(lw.attn_q_bias), n, q_dim, s);
@@ -407,14 +436,14 @@ private:
             const float* ffn_norm = f32(lw.ffn_norm);
             in = gemm_input(x_, ffn_norm, n, dim, lw.ffn_gate.dtype);
             gemm(gate_, in, lw.ffn_gate, n);
-            if (lw.ffn_up.dtype != lw.ffn_gate.dtype) in = gemm_input(x_, ffn_norm, n, dim, lw.ffn_up.dtype);
+            if (differ(lw.ffn_up.dtype, lw.ffn_gate.dtype)) in = gemm_input(x_, ffn_norm, n, dim, lw.ffn_up.dtype);
             gemm(up_, in, lw.ffn_up, n);
             // silu(gate) * up, made directly in the down projection's input type.
             const void* act = gate_;
             if (lw.ffn_down.dtype == DType::f32) {
                 launch_swiglu(gate_, gate_, up_, n, c.n_ff, s);
             } else {
-                launch_swiglu_to(converted_, gate_, up_, n, c.n_ff, lw.ffn_down.dtype, s);
+                launch_swiglu_to(converted_, gate_, up_, n, c.n_ff, gemm_input_dtype(lw.ffn_down.dtype), s);
                 act = converted_;
             }
             gemm(x_, act, lw.ffn_down, n, true);  // x += W_down act
@@ -514,6 +543,8 @@ private:
     float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *att_ = nullptr, *k_ = nullptr, *v_ = nullptr;
     float *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr, *inv_freq_ = nullptr;  // inv_freq [head_dim / 2]
     uint16_t* converted_ = nullptr;
+    uint16_t* dequant_ = nullptr;   // [dequant_elements] f16: one tile of a quantized matrix's rows (prefill)
+    int64_t dequant_elements_ = 0;
     AttentionScratch attention_;
     // ints_: [max_batch] tokens and [max_batch] positions of a batch, the decode step's token and position,
     // then [table_capacity] block table; the decode pair sits next to the table so that a decode step uploads

@@ -13,11 +13,17 @@ namespace kvlm {
 // Largest head_dim the attention kernel handles (its per-thread accumulators are sized for it).
 constexpr int32_t kCudaMaxHeadDim = 256;
 
-// embed.cu: out[t] = table[tokens[t]] converted to f32.
+// embed.cu: out[t] = table[tokens[t]] converted to f32 (any DType; quantized rows are whole blocks).
 void launch_embed(float* out,             // [n, dim]
                   const int32_t* tokens,  // [n]
                   const void* table,      // [n_vocab, dim] in dtype
                   DType dtype, int32_t n, int32_t dim, cudaStream_t stream);
+
+// dequantize.cu: out = the q8_0/q4_0/q4_1 elements of w as f16 (round to nearest even); the prefill GEMMs'
+// weight tiles. n_elements is a multiple of 32.
+void launch_dequantize_f16(void* out,      // [n_elements] f16
+                           const void* w,  // [n_elements / 32] blocks in dtype
+                           DType dtype, int64_t n_elements, cudaStream_t stream);
 
 // rmsnorm.cu: out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps). out may alias x.
 void launch_rmsnorm(float* out,           // [n, dim]
@@ -106,7 +112,8 @@ void launch_rope_kv_write(float* q,                    // [n, n_heads, head_dim]
 
 // gemv.cu: single-token matrix-vector products for decode (batch 1 is memory-bound: each weight is read
 // once with 16-byte loads, f32 accumulation, no activation conversion and no cuBLAS, so the products can be
-// captured in a CUDA graph). Weights are row-major [n_out, n_in] in f32, f16 or bf16.
+// captured in a CUDA graph). Weights are row-major [n_out, n_in] in f32, f16 or bf16, or q8_0/q4_0/q4_1
+// (gemv_quantized.cu: n_in a multiple of 32, matrices 2-byte aligned, q4_1 4-byte).
 // x_hat = x, or rmsnorm(x) * norm_weight (as rmsnorm_cpu) when norm_weight is not null, computed inside.
 struct GemvOutput {
     float* out = nullptr;          // [n_out]; must not alias x

@@ -39,7 +39,7 @@ void embed(float* out, const int32_t* tokens, const void* table, DType dtype, in
            int32_t n_vocab) {
     require_device();
     GuardedBuffer d_out("embed out", size_t(n) * dim * sizeof(float)), d_tokens("embed tokens", size_t(n) * 4),
-        d_table("embed table", size_t(n_vocab) * dim * dtype_size(dtype));
+        d_table("embed table", size_t(dtype_bytes(dtype, uint64_t(n_vocab) * uint64_t(dim))));
     d_tokens.upload(tokens);
     d_table.upload(table);
     launch_embed(d_out.get<float>(), d_tokens.get<int32_t>(), d_table.get(), dtype, n, dim, nullptr);

@@ -48,7 +48,8 @@ void rope_kv_write(float* q, float* k, const float* v, void* kv, int32_t n_block
 void gemv(float* const* outs, const void* const* weights, const DType* dtypes, const float* const* biases,
           const int32_t* n_outs, int32_t n_outputs, const float* x, int32_t n_in, const float* norm_weight,
           float norm_eps, bool accumulate);
-// gemv with every weight matrix `weight_offset` elements past a 16-byte boundary (forces the scalar path).
+// gemv with every weight matrix `weight_offset` elements past a 16-byte boundary (forces the scalar path);
+// for quantized dtypes `weight_offset` counts bytes.
 void gemv_offset_weights(float* const* outs, const void* const* weights, const DType* dtypes,
                          const float* const* biases, const int32_t* n_outs, int32_t n_outputs, const float* x,
                          int32_t n_in, const float* norm_weight, float norm_eps, bool accumulate,
@@ -65,5 +66,11 @@ void matmul_accumulate(float* out, const float* x, const void* w, DType w_dtype,
 void add(float* x, const float* y, int64_t n);
 void add_bias(float* x, const float* bias, int32_t n, int32_t dim);
 void matmul(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in, int64_t n_out);
+// Quantized weights (q8_0, q4_0, q4_1) for a batch: x rounded to f16 (launch_convert_from_f32), then
+// launch_matmul_quantized with tiles of tile_rows rows; out is read first when accumulate.
+void matmul_quantized(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in,
+                      int64_t n_out, int64_t tile_rows, bool accumulate);
+// launch_dequantize_f16: out [n_elements] f16 bits.
+void dequantize_f16(uint16_t* out, const void* w, DType w_dtype, int64_t n_elements);
 
 }  // namespace kvlm::cuda_test

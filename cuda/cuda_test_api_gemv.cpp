@@ -12,8 +12,19 @@
 
 namespace kvlm::cuda_test {
 
-// As gemv, but every weight matrix starts `weight_offset` elements past a 16-byte boundary, so a non-zero
-// offset forces the launcher's scalar path whatever n_in is. Declared where used (tests/cuda/test_gemv.cpp).
+namespace {
+
+// Bytes of an [n_rows, n_in] matrix; for quantized dtypes rows that are not whole blocks round down (the
+// launchers refuse such n_in before reading anything).
+size_t matrix_bytes(DType dtype, size_t n_rows, size_t n_in) {
+    if (!dtype_is_quantized(dtype)) return n_rows * n_in * dtype_size(dtype);
+    return n_rows * size_t(dtype_bytes(dtype, n_in / kQuantBlock * kQuantBlock));
+}
+
+}  // namespace
+
+// As gemv, but every weight matrix starts `weight_offset` elements (bytes for quantized dtypes) past a 16-byte
+// boundary, so a non-zero offset forces the launcher's scalar path whatever n_in is.
 void gemv_offset_weights(float* const* outs, const void* const* weights, const DType* dtypes,
                          const float* const* biases, const int32_t* n_outs, int32_t n_outputs, const float* x,
                          int32_t n_in, const float* norm_weight, float norm_eps, bool accumulate,
@@ -23,8 +34,9 @@ void gemv_offset_weights(float* const* outs, const void* const* weights, const D
     std::vector<std::unique_ptr<GuardedBuffer>> d_outs, d_weights, d_biases;
     std::vector<GemvOutput> outputs(size_t(std::max(n_outputs, 0)));
     for (size_t i = 0; i < outputs.size(); i++) {
-        const size_t n_out = size_t(std::max(n_outs[i], 0)), elem = dtype_size(dtypes[i]);
-        const size_t w_bytes = n_out * n_in_elements * elem, pad = size_t(weight_offset) * elem;
+        const size_t n_out = size_t(std::max(n_outs[i], 0));
+        const size_t w_bytes = matrix_bytes(dtypes[i], n_out, n_in_elements);
+        const size_t pad = size_t(weight_offset) * (dtype_is_quantized(dtypes[i]) ? 1 : dtype_size(dtypes[i]));
         d_outs.push_back(std::make_unique<GuardedBuffer>("gemv out", n_out * sizeof(float)));
         d_weights.push_back(std::make_unique<GuardedBuffer>("gemv weight", pad + w_bytes));
         if (accumulate) d_outs.back()->upload(outs[i]);
@@ -62,7 +74,7 @@ void gemv_swiglu(float* out, const float* x, const void* w_gate, const void* w_u
                  int32_t n_ff, const float* norm_weight, float norm_eps) {
     require_device();
     const size_t n_in_elements = size_t(std::max(n_in, 0)), n_ff_elements = size_t(std::max(n_ff, 0));
-    const size_t w_bytes = n_ff_elements * n_in_elements * dtype_size(dtype);
+    const size_t w_bytes = matrix_bytes(dtype, n_ff_elements, n_in_elements);
     GuardedBuffer d_out("gemv_swiglu out", n_ff_elements * sizeof(float)),
         d_x("gemv_swiglu x", n_in_elements * sizeof(float)), d_gate("gemv_swiglu gate", w_bytes),
         d_up("gemv_swiglu up", w_bytes), d_norm("gemv_swiglu norm_weight", norm_weight ? n_in_elements * 4 : 0);

@@ -1,44 +1,21 @@
 // Decode GEMVs: out = W x_hat for a single token. Memory-bound, so each weight byte is read exactly once
 // (16-byte streaming loads when rows are 16-byte aligned) and accumulated in f32; nothing allocates or syncs,
 // so launches can be captured in CUDA graphs. Deterministic: fixed summation orders, no atomics; a row's dot
-// product does not depend on the rows per warp.
+// product does not depend on the rows per warp. Quantized weights go to gemv_quantized.cu from the launchers here.
 #include <climits>
 #include <cstdint>
+#include <string>
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "dtype_cuda.cuh"
+#include "gemv_shared.cuh"
 
 namespace kvlm {
 
 namespace {
 
-constexpr int kMaxOutputs = 3;
-constexpr int kMaxWarps = 8;  // blocks of 128 or 256 threads
-// x_hat is staged in shared memory when it fits the default 48 KB (less a margin for the static arrays);
-// larger inputs (Llama's FFN down, n_in 14336) read x from global memory, where it stays L1/L2-resident.
-constexpr int32_t kMaxSharedIn = (48 * 1024 - 256) / 4;
-// Launch-shape targets for an H100/H200 (132 SMs): several rows per warp only while >= 4 blocks of 256
-// threads per SM remain; 128-thread blocks when 256-thread ones would leave fewer than 2 blocks per SM.
-constexpr int64_t kSms = 132;
-constexpr int64_t kFillBlocks = 4 * kSms;
-
-// One launch's work: the flattened row space [0, n_rows) is split over the outputs, output o owning rows
-// [row_end[o - 1], row_end[o]) (row_end[-1] = 0; unused entries INT32_MAX). For SwiGLU, weight[0] is the
-// gate and weight[1] the up matrix of the single output.
-struct GemvParams {
-    const void* weight[kMaxOutputs];  // [n_out_o, n_in] in the launch's dtype
-    float* out[kMaxOutputs];          // [n_out_o]
-    const float* bias[kMaxOutputs];   // [n_out_o] or null
-    int32_t row_end[kMaxOutputs];
-    int32_t n_rows;
-    const float* x;            // [n_in]
-    const float* norm_weight;  // [n_in] or null
-    float norm_eps;
-    int32_t n_in;
-    bool accumulate;
-    bool vec;  // 16-byte loads: n_in * sizeof(T) % 16 == 0 and weights (and x, norm_weight if read from global) aligned
-};
+using namespace gemv_detail;
 
 // Two consecutive 16-bit elements packed in a 32-bit word (little-endian: element 2k in the low half).
 __device__ __forceinline__ float2 unpack2(uint32_t word, __half) {
@@ -64,26 +41,6 @@ __device__ __forceinline__ float dot16(const uint4& w, const float* x, float acc
         }
     }
     return acc;
-}
-
-// 1 / rms(x) as rmsnorm_cpu computes it: 1 / sqrt(sum(x^2) / n + eps). Every thread of the block must call
-// it (it synchronizes); the reduction order depends only on blockDim, so every block gets the same value.
-__device__ float block_rms_scale(const float* x, int32_t n, float eps, float* warp_sums /* [kMaxWarps] */) {
-    float sum = 0.0f;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) sum = fmaf(x[i], x[i], sum);
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < int(blockDim.x / 32); w++) total += warp_sums[w];
-    return 1.0f / sqrtf(total / float(n) + eps);
-}
-
-// Output o and row within it of flattened row `row` (< n_rows).
-__device__ __forceinline__ int locate(const GemvParams& p, int32_t row, int32_t* local) {
-    const int o = int(row >= p.row_end[0]) + int(row >= p.row_end[1]);
-    *local = row - (o == 0 ? 0 : o == 1 ? p.row_end[0] : p.row_end[1]);
-    return o;
 }
 
 // One step of a warp's weight loads: U 16-byte chunks (vector path) or U elements (scalar path) of each of
@@ -140,13 +97,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     const T* rows[NR];
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        const int64_t last = int64_t(p.n_rows) - 1;
-        const int32_t row = int32_t(first + r < last ? first + r : last);
-        int32_t local;
-        const int o = locate(p, row, &local);
 #pragma unroll
         for (int m = 0; m < kMats; m++) {
-            const void* w = kSwiglu ? p.weight[m] : o == 0 ? p.weight[0] : o == 1 ? p.weight[1] : p.weight[2];
+            int32_t local;
+            const void* w = row_matrix<kSwiglu>(p, first, r, m, &local);
             rows[m * R + r] = static_cast<const T*>(w) + int64_t(local) * n_in;
         }
     }
@@ -213,49 +167,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     }
 
     // Every lane of the warp gets here (the loops above only predicate), as the full-mask shuffles need.
-#pragma unroll
-    for (int k = 0; k < NR; k++)
-        for (int offset = 16; offset > 0; offset /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], offset);
-    if (lane != 0) return;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        if (first + r >= p.n_rows) break;
-        const int32_t row = int32_t(first + r);
-        if (kSwiglu) {
-            const float g = acc[r], u = acc[R + r];
-            p.out[0][row] = g / (1.0f + expf(-g)) * u;  // silu(gate) * up, as swiglu_kernel
-        } else {
-            int32_t local;
-            const int o = locate(p, row, &local);
-            float* out = o == 0 ? p.out[0] : o == 1 ? p.out[1] : p.out[2];
-            const float* bias = o == 0 ? p.bias[0] : o == 1 ? p.bias[1] : p.bias[2];
-            float v = acc[r];
-            if (bias) v += bias[local];
-            out[local] = p.accumulate ? out[local] + v : v;
-        }
-    }
+    finish_rows<R, kSwiglu>(p, first, acc, lane);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Rows per warp and threads per block for n_rows output rows (see kFillBlocks).
-struct LaunchShape {
-    int rows_per_warp;
-    int threads;
-};
-LaunchShape launch_shape(int64_t n_rows, bool swiglu) {
-    auto blocks = [&](int64_t rows_per_block) { return (n_rows + rows_per_block - 1) / rows_per_block; };
-    const int max_r = swiglu ? 2 : 4;  // SwiGLU rows already read two weight rows each
-    int r = 1;
-    while (r < max_r && blocks(int64_t(2 * r) * kMaxWarps) >= kFillBlocks) r *= 2;
-    const int threads = r > 1 || blocks(kMaxWarps) >= 2 * kSms ? kMaxWarps * 32 : kMaxWarps * 16;
-    return {r, threads};
-}
-
 template <typename T, bool kSwiglu, bool kShared>
 void launch_with(const GemvParams& p, const LaunchShape& shape, size_t shared_bytes, cudaStream_t stream) {
-    const int64_t rows_per_block = int64_t(shape.rows_per_warp) * (shape.threads / 32);
-    const unsigned blocks = unsigned((int64_t(p.n_rows) + rows_per_block - 1) / rows_per_block);
+    const unsigned blocks = launch_blocks(p.n_rows, shape);
     void (*kernel)(GemvParams) = gemv_kernel<T, 1, kSwiglu, kShared>;
     if (shape.rows_per_warp == 2) kernel = gemv_kernel<T, 2, kSwiglu, kShared>;
     if constexpr (!kSwiglu)
@@ -298,11 +217,26 @@ void launch_gemv_params(const GemvParams& p, DType dtype, int n_weights, bool sw
         case DType::bf16:
             launch_gemv_typed<__nv_bfloat16>(p, n_weights, swiglu, stream);
             break;
+        case DType::q8_0:
+        case DType::q4_0:
+        case DType::q4_1:
+            launch_gemv_quantized(p, dtype, n_weights, swiglu, stream);
+            break;
         default: throw_error("cuda: no GEMV kernel for {} weights", dtype_name(dtype));
     }
 }
 
-bool known_dtype(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+bool known_dtype(DType dtype) {
+    return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16 || dtype_is_quantized(dtype);
+}
+
+// Quantized rows are whole 32-element blocks: checked for every output before anything launches.
+void check_quantized_n_in(DType dtype, int32_t n_in, const char* launcher) {
+    if (dtype_is_quantized(dtype) && n_in % kQuantBlock != 0)
+        cuda_throw((std::string(launcher) + ": " + dtype_name(dtype) + " rows must be whole 32-element blocks (n_in " +
+                    std::to_string(n_in) + ")")
+                       .c_str());
+}
 
 bool overlaps(const float* a, int64_t n_a, const float* b, int64_t n_b) {
     const uintptr_t pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
@@ -329,6 +263,7 @@ void launch_gemv(const GemvOutput* outputs, int32_t n_outputs, const float* x, i
         if (o.n_out < 0) cuda_throw("launch_gemv: negative n_out");
         if (!known_dtype(o.dtype)) cuda_throw("launch_gemv: unknown weight dtype");
         if (o.n_out == 0) continue;
+        check_quantized_n_in(o.dtype, n_in, "launch_gemv");
         if (o.out == nullptr || o.weight == nullptr) cuda_throw("launch_gemv: null out or weight");
         if (overlaps(o.out, o.n_out, x, n_in)) cuda_throw("launch_gemv: out overlaps x");
         n_rows += o.n_out;
@@ -336,7 +271,7 @@ void launch_gemv(const GemvOutput* outputs, int32_t n_outputs, const float* x, i
     if (n_rows > INT32_MAX) cuda_throw("launch_gemv: more than INT32_MAX output rows in one launch");
     if (n_rows == 0) return;
     // One launch per weight dtype present (one in total in the usual case of equal dtypes).
-    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1}) {
         GemvParams p = base_params(x, n_in, norm_weight, norm_eps, accumulate);
         int n = 0;
         int32_t end = 0;
@@ -360,6 +295,7 @@ void launch_gemv_swiglu(float* out, const float* x, const void* w_gate, const vo
     if (n_in < 1) cuda_throw("launch_gemv_swiglu: n_in must be at least 1");
     if (n_ff < 0) cuda_throw("launch_gemv_swiglu: negative n_ff");
     if (!known_dtype(dtype)) cuda_throw("launch_gemv_swiglu: unknown weight dtype");
+    check_quantized_n_in(dtype, n_in, "launch_gemv_swiglu");
     if (overlaps(out, n_ff, x, n_in)) cuda_throw("launch_gemv_swiglu: out overlaps x");
     if (n_ff == 0) return;
     GemvParams p = base_params(x, n_in, norm_weight, norm_eps, false);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "compute/cpu_kernels.h"
@@ -105,7 +106,6 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
                          const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads,
                          ThreadPool* pool) {
     if (n <= 0) return;
-    for (int32_t t = 1; t < n; t++) KVLM_ASSERT(positions[t] >= positions[t - 1], "attention: positions must not decrease");
     const int32_t head_dim = layout.head_dim, group = n_heads / layout.n_kv_heads;
     const size_t element_size = dtype_size(layout.dtype);
     const CpuKernels& kernels = cpu_kernels();  // looked up once, not per chunk
@@ -120,28 +120,33 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
         const int32_t t0 = tile * kTileQueries, n_q = std::min(kTileQueries, n - t0), kv_head = h / group;
         // Per thread; grows once (decode does not allocate).
         thread_local std::vector<float> state;
-        thread_local std::vector<int32_t> last;
+        thread_local std::vector<int32_t> last, order;
         const size_t n_state = size_t(n_q) * size_t(2 * head_dim + 2) + size_t(kAttentionChunk);
         if (state.size() < n_state) state.resize(n_state);
         if (last.size() < size_t(n_q)) last.resize(size_t(n_q));
+        // The tile's queries in increasing position (a forward pass gives them so; tests may not), so that
+        // the queries seeing a chunk of keys are always a suffix of the tile.
+        order.resize(size_t(n_q));
+        std::iota(order.begin(), order.end(), t0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return positions[a] < positions[b]; });
         float* queries = state.data();
         float* o = queries + size_t(n_q) * size_t(head_dim);
         float* m = o + size_t(n_q) * size_t(head_dim);
         float* l = m + n_q;
         float* scores = l + n_q;
         for (int32_t i = 0; i < n_q; i++) {
-            const float* qh = q + (int64_t(t0 + i) * n_heads + h) * head_dim;
+            const float* qh = q + (int64_t(order[size_t(i)]) * n_heads + h) * head_dim;
             std::copy(qh, qh + head_dim, queries + int64_t(i) * head_dim);
-            last[size_t(i)] = positions[t0 + i];
+            last[size_t(i)] = positions[order[size_t(i)]];
             m[i] = -INFINITY;
             l[i] = 0.0f;
         }
         std::fill(o, o + int64_t(n_q) * head_dim, 0.0f);
         const float scale = 1.0f / std::sqrt(float(head_dim));
-        const int32_t last_key = positions[t0 + n_q - 1];
+        const int32_t last_key = last[size_t(n_q - 1)];
         const void* k_rows[kAttentionChunk];
         const void* v_rows[kAttentionChunk];
-        int32_t first = 0;  // the tile's first query that sees the chunk (positions do not decrease)
+        int32_t first = 0;  // the first query (in position order) that sees the chunk
         for (int32_t key0 = 0; key0 <= last_key; key0 += kAttentionChunk) {
             while (last[size_t(first)] < key0) first++;
             const int32_t n_keys = std::min(kAttentionChunk, last_key - key0 + 1);
@@ -164,7 +169,7 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
             kernels.attend_block(tile_queries, AttentionKeys{k_rows, v_rows, layout.dtype, key0, n_keys});
         }
         for (int32_t i = 0; i < n_q; i++) {
-            float* oh = out + (int64_t(t0 + i) * n_heads + h) * head_dim;
+            float* oh = out + (int64_t(order[size_t(i)]) * n_heads + h) * head_dim;
             const float inv_sum = 1.0f / l[i];
             for (int32_t d = 0; d < head_dim; d++) oh[d] = o[int64_t(i) * head_dim + d] * inv_sum;
         }

@@ -15,21 +15,13 @@
 namespace kvlm {
 
 // True for CUDA, false for the CPU; never a silent CPU fallback when CUDA was asked for.
-static bool choose_cuda(const EngineOptions& options, const ModelFile& model, std::string* why) {
+static bool choose_cuda(const EngineOptions& options, std::string* why) {
     if (options.device == "cpu") {
         *why = "requested with --device cpu";
         return false;
     }
     std::string why_not;
     bool have_cuda = cuda_available(&why_not);
-    // The CUDA backend has no kernels for quantized weights yet (it refuses them by name under --device cuda).
-    const TensorInfo* quantized = nullptr;
-    for (const TensorInfo& t : model.tensors())
-        if (dtype_is_quantized(t.dtype)) quantized = &t;
-    if (options.device == "auto" && have_cuda && quantized) {
-        *why = fmt::format("auto: the CUDA backend does not run {} weights yet", dtype_name(quantized->dtype));
-        return false;
-    }
     if (options.device == "cuda") {
         if (!have_cuda) throw_error("--device cuda: no usable CUDA device: {} (use --device cpu)", why_not);
         *why = "requested with --device cuda";
@@ -100,7 +92,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(config.n_ctx, kDefaultMaxContext);
 
     std::string device_why, kv_why = options.kv_dtype_why;
-    const bool cuda = choose_cuda(options, *model_, &device_why);
+    const bool cuda = choose_cuda(options, &device_why);
     kv_dtype_ = options.kv_dtype_auto ? auto_kv_dtype(*model_, cuda, &kv_why) : options.kv_dtype;
 
     if (options.n_threads < 0)

@@ -78,16 +78,4 @@ void check_model_weights(const ModelConfig& config, const ModelWeights& weights,
     }
 }
 
-const TensorView* first_quantized_tensor(const ModelConfig& config, const ModelWeights& weights, std::string* name) {
-    const TensorView* found = nullptr;
-    for_each_tensor(config, weights, [&](const std::string& tensor, const TensorView& view, const std::vector<int64_t>&,
-                                         bool) {
-        if (!found && dtype_is_quantized(view.dtype)) {
-            found = &view;
-            *name = tensor;
-        }
-    });
-    return found;
-}
-
 }  // namespace kvlm

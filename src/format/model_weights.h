@@ -40,7 +40,5 @@ ModelWeights bind_model_weights(const ModelFile& model);
 // Throws Error naming `source` and the tensor whose presence, shape or dtype does not fit `config`.
 void check_model_weights(const ModelConfig& config, const ModelWeights& weights, const std::string& source);
 
-// The first tensor in a quantized type (q8_0, q4_0, q4_1), its name in *name; null when none is.
-const TensorView* first_quantized_tensor(const ModelConfig& config, const ModelWeights& weights, std::string* name);
 
 }  // namespace kvlm

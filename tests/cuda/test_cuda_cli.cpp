@@ -3,7 +3,7 @@
 // `--device auto` says it picked CUDA, a session saved and restored on the GPU continues as the same
 // session does on the CPU (same texts, same reuse counts), and `kvlm bench --device cuda` reports the
 // bandwidth and FLOP/s columns; a KV pool that does not fit in device memory is a clear error; --kv-dtype
-// auto follows the model's weight type on the GPU. Without a usable device (or in CUDA=0 builds) each case
+// auto follows the model's weight type on the GPU; quantized stories260K gives the CPU's greedy text. Without a usable device (or in CUDA=0 builds) each case
 // says "SKIPPED: no CUDA device (...)" and passes.
 #include <doctest/doctest.h>
 
@@ -99,7 +99,9 @@ TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, 
     CHECK(eager.err.find("CUDA graphs off") != std::string::npos);
     CHECK(eager.out == r.out);
 
-    CliResult automatic = run_kvlm(args);
+    std::vector<std::string> auto_args = args;
+    auto_args.push_back("-v");  // the device line is printed with -v only
+    CliResult automatic = run_kvlm(auto_args);
     REQUIRE_MESSAGE(automatic.exit_code == 0, automatic.err);
     CHECK(automatic.err.find("(auto: a CUDA device is available)") != std::string::npos);
     CHECK(automatic.out == r.out);
@@ -184,19 +186,29 @@ TEST_CASE("cuda cli: --kv-dtype auto takes a 16-bit model's type on the GPU, f32
     CHECK_MESSAGE(f32.err.find("KV cache f32 (auto: the model's f32 weights)") != std::string::npos, f32.err);
 }
 
-TEST_CASE("cuda cli: a quantized model is refused on --device cuda by name, and --device auto runs it on the CPU saying why") {
+TEST_CASE("cuda cli: a quantized model runs on --device cuda (and auto) with the CPU's greedy tokens (q8_0, q4_0, q4_1)") {
     if (!have_cuda()) return;
     if (!have_data(stories("stories260K.gguf"))) return;
-    const std::string q8 = converted_model("stories-q8_0", {stories("stories260K.gguf"), "--dtype", "q8_0"});
-    CliResult cuda = run_kvlm({"run", "-m", q8, "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda"});
-    CHECK(cuda.exit_code != 0);
-    CHECK(cuda.out.empty());
-    CHECK_MESSAGE(cuda.err.find("tensor token_embd.weight is q8_0, and the CUDA backend does not run quantized "
-                                "weights yet (use --device cpu") != std::string::npos,
-                  cuda.err);
-    CliResult automatic = run_kvlm({"run", "-m", q8, "-p", "Once", "-n", "4", "--temp", "0", "-v"});
-    REQUIRE_MESSAGE(automatic.exit_code == 0, automatic.err);
-    CHECK_MESSAGE(automatic.err.find("auto: the CUDA backend does not run q8_0 weights yet") != std::string::npos,
-                  automatic.err);
-    CHECK(automatic.out == run_kvlm({"run", "-m", q8, "-p", "Once", "-n", "4", "--temp", "0", "--device", "cpu"}).out);
+    for (const char* dtype : {"q8_0", "q4_0", "q4_1"}) {
+        CAPTURE(dtype);
+        const std::string model =
+            converted_model(std::string("stories-") + dtype, {stories("stories260K.gguf"), "--dtype", dtype});
+        const std::vector<std::string> args = {"run", "-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "0"};
+        std::vector<std::string> cuda_args = args, cpu_args = args;
+        cuda_args.insert(cuda_args.end(), {"--device", "cuda", "-v"});
+        cpu_args.insert(cpu_args.end(), {"--device", "cpu"});
+        CliResult cuda = run_kvlm(cuda_args), cpu = run_kvlm(cpu_args);
+        REQUIRE_MESSAGE(cuda.exit_code == 0, cuda.err);
+        REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
+        CHECK_MESSAGE(cuda.err.find("kvlm: device cuda") != std::string::npos, cuda.err);  // no CPU fallback
+        CHECK(!cpu.out.empty());
+        CHECK(cuda.out == cpu.out);
+        // --device auto takes the GPU for it too.
+        std::vector<std::string> auto_args = args;
+        auto_args.push_back("-v");
+        CliResult automatic = run_kvlm(auto_args);
+        REQUIRE_MESSAGE(automatic.exit_code == 0, automatic.err);
+        CHECK_MESSAGE(automatic.err.find("kvlm: device cuda") != std::string::npos, automatic.err);
+        CHECK(automatic.out == cuda.out);
+    }
 }

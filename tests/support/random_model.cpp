@@ -2,6 +2,7 @@
 #include "support/random_model.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "compute/matmul_cpu.h"
@@ -70,6 +71,30 @@ std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType 
     w.output_norm = make({d}, 0.8f, 1.2f);
     w.output = config.tied_embeddings ? w.token_embd : matrix(config.n_vocab, d);
     return model;
+}
+
+std::unique_ptr<RandomModel> dequantized_copy(const RandomModel& model) {
+    auto copy = std::make_unique<RandomModel>();
+    copy->config = model.config;
+    copy->weights = model.weights;
+    auto widen = [&](TensorView* view) {
+        if (!view->data || !dtype_is_quantized(view->dtype)) return;
+        std::vector<float> values(size_t(view->n_elements()));
+        convert_to_f32(view->dtype, view->data, values.data(), values.size());
+        copy->storage.emplace_back(values.size() * sizeof(float));
+        std::memcpy(copy->storage.back().data(), values.data(), values.size() * sizeof(float));
+        view->data = copy->storage.back().data();
+        view->dtype = DType::f32;
+    };
+    ModelWeights& w = copy->weights;
+    const bool tied = model.weights.output.data == model.weights.token_embd.data;
+    widen(&w.token_embd);
+    if (tied) w.output = w.token_embd;
+    else widen(&w.output);
+    for (LayerWeights& l : w.layers)
+        for (TensorView* v : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
+            widen(v);
+    return copy;
 }
 
 void for_each_cpu_path(const std::function<void(CpuPath)>& fn) {

@@ -26,6 +26,10 @@ ModelConfig small_random_config();
 // [-1, 1]); matrices stored in `dtype`, 1-D tensors f32. Same seed = same model.
 std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType dtype, uint64_t seed);
 
+// A copy of `model` whose quantized matrices are replaced by their f32 decoding (convert_to_f32), every
+// other tensor shared with `model` (keep it alive too): the exact weights a kernel that dequantizes sees.
+std::unique_ptr<RandomModel> dequantized_copy(const RandomModel& model);
+
 // Runs fn(path) with the CPU kernels switched to each SIMD path this CPU has other than the current one, then
 // switches back (every path must give the same bits: compute/cpu_kernels.h).
 void for_each_cpu_path(const std::function<void(CpuPath)>& fn);

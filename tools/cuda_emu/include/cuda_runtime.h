@@ -252,6 +252,10 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __frcp_rn(float x) { return 1.0f / x; }
+// Round-to-nearest products and sums that are never contracted into a fused multiply-add (g++ in ISO C++
+// mode on baseline x86-64 contracts nothing, so plain operators are exact twins).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 inline float __uint_as_float(unsigned u) { return kvlm_emu::from_bits<float>(u); }
 inline unsigned __float_as_uint(float f) { return kvlm_emu::to_bits(f) & 0xffffffffu; }

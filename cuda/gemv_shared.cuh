@@ -1,0 +1,122 @@
+// What the decode GEMVs of gemv.cu (f32/f16/bf16 weights) and gemv_quantized.cu (q8_0/q4_0/q4_1) share: the
+// launch parameters, the in-kernel rms scale, the row bookkeeping, the epilogue and the launch shape, so both
+// kernel families reduce, write and size their launches identically. Device helpers only (no __shared__
+// declarations and no launches: the emulator's prep.py rewrites those in .cu files).
+#pragma once
+#include <climits>
+#include <cstdint>
+
+#include "cuda_ops.h"
+
+namespace kvlm::gemv_detail {
+
+constexpr int kMaxOutputs = 3;
+constexpr int kMaxWarps = 8;  // blocks of 128 or 256 threads
+// x_hat is staged in shared memory when it fits the default 48 KB (less a margin for the static arrays);
+// larger inputs (Llama's FFN down, n_in 14336) read x from global memory, where it stays L1/L2-resident.
+constexpr int32_t kMaxSharedIn = (48 * 1024 - 256) / 4;
+// Launch-shape targets for an H100/H200 (132 SMs): several rows per warp only while >= 4 blocks of 256
+// threads per SM remain; 128-thread blocks when 256-thread ones would leave fewer than 2 blocks per SM.
+constexpr int64_t kSms = 132;
+constexpr int64_t kFillBlocks = 4 * kSms;
+
+// One launch's work: the flattened row space [0, n_rows) is split over the outputs, output o owning rows
+// [row_end[o - 1], row_end[o]) (row_end[-1] = 0; unused entries INT32_MAX). For SwiGLU, weight[0] is the
+// gate and weight[1] the up matrix of the single output.
+struct GemvParams {
+    const void* weight[kMaxOutputs];  // [n_out_o, n_in] in the launch's dtype
+    float* out[kMaxOutputs];          // [n_out_o]
+    const float* bias[kMaxOutputs];   // [n_out_o] or null
+    int32_t row_end[kMaxOutputs];
+    int32_t n_rows;
+    const float* x;            // [n_in]
+    const float* norm_weight;  // [n_in] or null
+    float norm_eps;
+    int32_t n_in;
+    bool accumulate;
+    bool vec;  // 16-byte loads: n_in * sizeof(T) % 16 == 0 and weights (and x, norm_weight if read from global) aligned
+};
+
+// 1 / rms(x) as rmsnorm_cpu computes it: 1 / sqrt(sum(x^2) / n + eps). Every thread of the block must call
+// it (it synchronizes); the reduction order depends only on blockDim, so every block gets the same value.
+__device__ inline float block_rms_scale(const float* x, int32_t n, float eps, float* warp_sums /* [kMaxWarps] */) {
+    float sum = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) sum = fmaf(x[i], x[i], sum);
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < int(blockDim.x / 32); w++) total += warp_sums[w];
+    return 1.0f / sqrtf(total / float(n) + eps);
+}
+
+// Output o and row within it of flattened row `row` (< n_rows).
+__device__ __forceinline__ int locate(const GemvParams& p, int32_t row, int32_t* local) {
+    const int o = int(row >= p.row_end[0]) + int(row >= p.row_end[1]);
+    *local = row - (o == 0 ? 0 : o == 1 ? p.row_end[0] : p.row_end[1]);
+    return o;
+}
+
+// Weight matrix and row within it of the warp's r-th row (clamped to the last row, so that warps past the
+// end still load valid memory) for matrix m (SwiGLU: 0 gate, 1 up; else the row's own output).
+template <bool kSwiglu>
+__device__ __forceinline__ const void* row_matrix(const GemvParams& p, int64_t first, int r, int m, int32_t* local) {
+    const int64_t last = int64_t(p.n_rows) - 1;
+    const int32_t row = int32_t(first + r < last ? first + r : last);
+    const int o = locate(p, row, local);
+    return kSwiglu ? p.weight[m] : o == 0 ? p.weight[0] : o == 1 ? p.weight[1] : p.weight[2];
+}
+
+// The epilogue: butterfly-sums each lane's partial dot products acc[NR] (rows first..first+R-1, then for
+// SwiGLU the up rows) and lets lane 0 write silu(gate) * up, or [out +] dot [+ bias]. Every lane of the warp
+// must call it (full-mask shuffles).
+template <int R, bool kSwiglu, int NR>
+__device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, float (&acc)[NR], int lane) {
+#pragma unroll
+    for (int k = 0; k < NR; k++)
+        for (int offset = 16; offset > 0; offset /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], offset);
+    if (lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (first + r >= p.n_rows) break;
+        const int32_t row = int32_t(first + r);
+        if (kSwiglu) {
+            const float g = acc[r], u = acc[R + r];
+            p.out[0][row] = g / (1.0f + expf(-g)) * u;  // silu(gate) * up, as swiglu_kernel
+        } else {
+            int32_t local;
+            const int o = locate(p, row, &local);
+            float* out = o == 0 ? p.out[0] : o == 1 ? p.out[1] : p.out[2];
+            const float* bias = o == 0 ? p.bias[0] : o == 1 ? p.bias[1] : p.bias[2];
+            float v = acc[r];
+            if (bias) v += bias[local];
+            out[local] = p.accumulate ? out[local] + v : v;
+        }
+    }
+}
+
+// Rows per warp and threads per block for n_rows output rows (see kFillBlocks).
+struct LaunchShape {
+    int rows_per_warp;
+    int threads;
+};
+inline LaunchShape launch_shape(int64_t n_rows, bool swiglu) {
+    auto blocks = [&](int64_t rows_per_block) { return (n_rows + rows_per_block - 1) / rows_per_block; };
+    const int max_r = swiglu ? 2 : 4;  // SwiGLU rows already read two weight rows each
+    int r = 1;
+    while (r < max_r && blocks(int64_t(2 * r) * kMaxWarps) >= kFillBlocks) r *= 2;
+    const int threads = r > 1 || blocks(kMaxWarps) >= 2 * kSms ? kMaxWarps * 32 : kMaxWarps * 16;
+    return {r, threads};
+}
+
+inline unsigned launch_blocks(int64_t n_rows, const LaunchShape& shape) {
+    const int64_t rows_per_block = int64_t(shape.rows_per_warp) * (shape.threads / 32);
+    return unsigned((n_rows + rows_per_block - 1) / rows_per_block);
+}
+
+// gemv_quantized.cu: launches p (weight/out/bias/row_end/n_rows/x/norm set) for q8_0, q4_0 or q4_1 weights.
+// Throws when n_in is not a whole number of 32-element blocks or a matrix is not 2-byte (q8_0, q4_0) or 4-byte
+// (q4_1) aligned.
+void launch_gemv_quantized(const GemvParams& p, DType dtype, int n_weights, bool swiglu, cudaStream_t stream);
+
+}  // namespace kvlm::gemv_detail
