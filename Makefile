@@ -110,7 +110,7 @@ test-cuda-emu: $(EMU_BIN) $(EMU_KVLM)
 	KVLM_CUDA_EMU=1 KVLM_BIN=$(abspath $(EMU_KVLM)) $(EMU_BIN) $(EMU_ARGS)
 # What CI runs (~1 min plus the build): the emulator's own checks, the cuBLAS path, stories260K through the
 # whole backend, KV block moves, a GPU session continued on the CPU, and bench on the CUDA path.
-EMU_SMOKE_ARGS := -tc='cuda kernels: emulator*,cuda kernels: cuBLAS*,cuda backend: stories260K*,cuda backend: KV blocks*,cuda backend: bad forward*,cuda cli: a session*,cuda cli: kvlm bench*,cuda cli: a KV pool*,cuda cli: --kv-dtype auto*,cuda cli: a quantized model*,cuda kernels: quantized*,cuda backend: quantized models decode*'
+EMU_SMOKE_ARGS := -tc='cuda kernels: emulator*,cuda kernels: cuBLAS*,cuda backend: stories260K*,cuda backend: KV blocks*,cuda backend: bad forward*,cuda cli: a session*,cuda cli: kvlm bench*,cuda cli: a KV pool*,cuda cli: --kv-dtype auto*,cuda cli: a quantized model*,cuda kernels: quantized*,cuda backend: quantized models decode*,cuda device peaks*'
 test-cuda-emu-smoke:
 	+$(MAKE) test-cuda-emu EMU_ARGS="$(EMU_SMOKE_ARGS)"
 
@@ -188,9 +188,11 @@ models: $(BIN)
 
 bench: $(BIN)
 	bash bench/run.sh
-# kvlm beside llama.cpp 0.3.36 (built once into ~/.cache/kvlm-peer), interleaved, one markdown table.
+# kvlm beside llama.cpp 0.3.36 (built once into ~/.cache/kvlm-peer), interleaved: pp/tg per weight type,
+# then a cold 1709-token prompt, whole process (two markdown tables).
 bench-peer: $(BIN)
 	bash bench/peer_llamacpp.sh
+	bash bench/cold_prompt.sh
 
 # The outside probe's categories as scripts (tests/probe/README.md): mutated models, kill -9 during saves,
 # damaged store files, bad flags. PROBE_TRIALS / PROBE_SEED override each script's defaults; all four run,

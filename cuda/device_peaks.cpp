@@ -16,11 +16,11 @@ struct KnownDevice {
 };
 
 constexpr KnownDevice kKnownDevices[] = {
+    {"GH200", 4000, 989.4, "GH200 datasheet"},  // before "H200", which its name contains
     {"H200", 4800, 989.4, "H200 SXM datasheet"},
     {"H100 NVL", 3900, 835.5, "H100 NVL datasheet"},
     {"H100 PCIe", 2000, 756.5, "H100 PCIe datasheet"},
     {"H100", 3350, 989.4, "H100 SXM5 datasheet"},
-    {"GH200", 4000, 989.4, "GH200 datasheet"},
     {"A100-SXM4-80GB", 2039, 312, "A100 SXM 80GB datasheet"},
     {"A100 80GB PCIe", 1935, 312, "A100 PCIe 80GB datasheet"},
     {"A100", 1555, 312, "A100 40GB datasheet"},

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A cold long prompt, whole process, kvlm beside llama.cpp: process start to exit for a ~1709-token prompt
+# (the start of /usr/share/common-licenses/GPL-3) and one generated token, greedy, same threads, same model
+# type, interleaved A B A B, median of REPS. Uses the peer build and models of bench/peer_llamacpp.sh (run
+# that first). Not part of `make test` or CI.
+#   usage: bench/cold_prompt.sh     env: TYPES="f16 q4_1" REPS=3 THREADS=<cores> TOKENS=1709 PEER_CACHE KVLM
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KVLM=${KVLM:-./kvlm}
+TYPES=${TYPES:-"f16 q4_1"}
+REPS=${REPS:-3}
+THREADS=${THREADS:-$(nproc)}
+TOKENS=${TOKENS:-1709}
+PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer}
+BIN="$PEER_CACHE/llama.cpp/build/bin"
+WORK="$PEER_CACHE/models"
+TEXT=/usr/share/common-licenses/GPL-3
+
+die() { echo "cold_prompt: error: $*" >&2; exit 1; }
+[ -x "$BIN/llama-completion" ] || die "llama-completion not built: run bench/peer_llamacpp.sh first"
+[ -f "$TEXT" ] || die "$TEXT not found (Debian's base-files)"
+
+# The prompt: the longest prefix of whole lines of the text with at most TOKENS tokens (kvlm's tokenizer; the
+# same GGUF vocabulary in both engines). Both engines add BOS.
+prompt=$(mktemp)
+trap 'rm -f "$prompt"' EXIT
+first_model="$WORK/smollm2-135m-$(echo "$TYPES" | awk '{print $1}').kvlm"
+[ -f "$first_model" ] || die "$first_model not found: run bench/peer_llamacpp.sh first"
+python3 - "$KVLM" "$first_model" "$TEXT" "$TOKENS" "$prompt" <<'EOF'
+import subprocess, sys
+kvlm, model, text_path, limit, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+lines = open(text_path, encoding="utf-8").read().splitlines(keepends=True)
+def count(text):
+    r = subprocess.run([kvlm, "tokenize", model], input=text, capture_output=True, text=True, check=True)
+    return len(r.stdout.split())
+lo, hi = 0, len(lines)
+while lo < hi:  # the most lines whose text stays within the limit
+    mid = (lo + hi + 1) // 2
+    if count("".join(lines[:mid])) <= limit: lo = mid
+    else: hi = mid - 1
+open(out, "w", encoding="utf-8").write("".join(lines[:lo]))
+print(f"cold_prompt: prompt of {count(''.join(lines[:lo]))} tokens ({lo} lines of {text_path})", file=sys.stderr)
+EOF
+
+seconds() {  # command... -> wall seconds of the whole process
+    python3 -c 'import subprocess, sys, time
+t = time.perf_counter()
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+print(f"{time.perf_counter() - t:.3f}")' "$@"
+}
+median() { python3 -c 'import statistics, sys; print(f"{statistics.median(float(x) for x in sys.argv[1:]):.2f}")' "$@"; }
+
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
+echo "cold prompt, whole process (start to exit, 1 generated token, greedy), $cpu, $THREADS threads, median of $REPS interleaved, $(date -u +%Y-%m-%d)"
+echo
+echo "| type | llama.cpp s | kvlm s | speed kvlm / llama.cpp |"
+echo "| --- | ---: | ---: | ---: |"
+for t in $TYPES; do
+    peer=() ours=()
+    for _ in $(seq "$REPS"); do
+        peer+=("$(seconds "$BIN/llama-completion" -m "$WORK/smollm2-135m-$t.gguf" -f "$prompt" -n 1 --temp 0 \
+            -t "$THREADS" -c 4096 -no-cnv)")
+        ours+=("$(seconds "$KVLM" run -m "$WORK/smollm2-135m-$t.kvlm" -n 1 --temp 0 -t "$THREADS" -c 4096 < "$prompt")")
+    done
+    p=$(median "${peer[@]}") o=$(median "${ours[@]}")
+    echo "| $t | $p | $o | $(python3 -c "print(f'{$p / $o:.2f}')") |"
+done
