@@ -14,7 +14,7 @@ namespace kvlm {
 
 namespace {
 
-constexpr int64_t kTokenTile = 32;  // tokens per pass over a row tile
+constexpr int64_t kTokenTile = 48;  // tokens per pass over a row tile (a multiple of every path's register tile: 2, 3, 4)
 constexpr int64_t kRowTile = 16;    // weight rows kept hot in cache while a token tile runs over them
 // Below this many multiply-adds a matmul runs on the calling thread: waking workers costs more.
 constexpr int64_t kMinParallelWork = 1 << 16;
