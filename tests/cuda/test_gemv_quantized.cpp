@@ -29,7 +29,7 @@ using namespace kvlm::test;
 
 namespace {
 
-const DType kQuantTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1};
+[[maybe_unused]] const DType kQuantTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1};
 
 // The tolerance of test_gemv.cpp: |got - want| <= 2e-6 sqrt(n_in) + 1e-4 |want|. The kernel multiplies the
 // same weights (d * q, exact in f32; q4_1's d * nibble + m rounds once, as convert_to_f32 does) with the same
