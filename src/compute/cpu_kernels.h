@@ -10,7 +10,7 @@
 //   weights' own, where 8 bits as llama.cpp uses would flip near-tied tokens). Per 32-block b in increasing
 //   order: S = the exact integer sum of w[j]*q[j] (w = q, nibble - 8, or nibble), acc = fma(float(S),
 //   dw*dx, acc) (float(S) rounded to nearest even); q4_1 also bias = fma(m, s, bias) (s = dx * sum q).
-//   The result is acc + bias. SIMD paths run 8 rows at once, one row per lane.
+//   The result is acc + bias. SIMD paths run batches 8 rows at once, one row per lane.
 // - attention (attend_block, keys in chunks of kAttentionChunk positions, in increasing position): s_j = dot(k_j, q) * scale
 //   (the canonical dot); keys past the query's position take no part; m' = max(m, max_j s_j); alpha = 0 when
 //   m is -inf, else exp_c(m - m'); p_j = exp_c(s_j - m'); l = l * alpha, then l += p_j in increasing j;

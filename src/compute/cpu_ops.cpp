@@ -123,7 +123,7 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
         thread_local std::vector<int32_t> last, order;
         const size_t n_state = size_t(n_q) * size_t(2 * head_dim + 2) + size_t(kAttentionChunk);
         if (state.size() < n_state) state.resize(n_state);
-        if (last.size() < size_t(n_q)) last.resize(size_t(n_q));
+        last.resize(size_t(n_q));
         // The tile's queries in increasing position (a forward pass gives them so; tests may not), so that
         // the queries seeing a chunk of keys are always a suffix of the tile.
         order.resize(size_t(n_q));

@@ -75,7 +75,7 @@ void kv_write_cpu(void* kv,                    // [n_blocks] block records, see 
 
 // Causal attention with GQA: query t of head h attends keys 0..positions[t] of kv head
 // h / (n_heads / n_kv_heads), read through the block table; softmax of q.k / sqrt(head_dim).
-// Keys are visited in increasing position, one KV block at a time (online softmax, the canonical order of
+// Keys are visited in increasing position, 32 positions at a time (online softmax, the canonical order of
 // compute/cpu_kernels.h), so results do not depend on the physical block order, the batch or the threads.
 void paged_attention_cpu(float* out,                  // [n, n_heads, head_dim]
                          const float* q,              // [n, n_heads, head_dim]

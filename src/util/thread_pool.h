@@ -1,5 +1,6 @@
 // Persistent worker threads for the CPU backend: run(fn) calls fn(thread_index) once on every thread
-// (the caller is thread 0) and returns when all have finished. Work splits depend only on n_threads.
+// (the caller is thread 0) and returns when all have finished. parallel_for's splits depend only on
+// n_threads; parallel_for_each hands out indices as threads free up.
 #pragma once
 #include <atomic>
 #include <condition_variable>
