@@ -32,20 +32,20 @@ static bool choose_cuda(const EngineOptions& options, std::string* why) {
     return have_cuda;
 }
 
-// --kv-dtype auto (see EngineOptions::kv_dtype_auto): the type of the first layer's attention matrices.
+// --kv-dtype auto (see EngineOptions::kv_dtype_auto), from the type of the first layer's attention matrices.
 static DType auto_kv_dtype(const ModelFile& model, bool cuda, std::string* why) {
     const TensorInfo* q = model.find("blk.0.attn_q.weight");
     const DType weights = q ? q->dtype : DType::f32;
+    if (weights == DType::f32) {
+        if (cuda) *why = "auto: the model's f32 weights";  // the CPU's f32 for f32 models goes unannounced
+        return DType::f32;
+    }
     if (cuda && (weights == DType::bf16 || weights == DType::f16)) {
         *why = fmt::format("auto: the model's {} weights on CUDA", dtype_name(weights));
         return weights;
     }
-    if (cuda && dtype_is_quantized(weights)) {
-        *why = fmt::format("auto: f16 for the model's {} weights on CUDA", dtype_name(weights));
-        return DType::f16;
-    }
-    if (cuda) *why = "auto: the model's f32 weights";  // the CPU's f32 default goes unannounced
-    return DType::f32;
+    *why = fmt::format("auto: f16 for the model's {} weights", dtype_name(weights));
+    return DType::f16;
 }
 
 void parse_kv_dtype(const std::string& name, EngineOptions* options) {

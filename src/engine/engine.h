@@ -23,8 +23,9 @@ struct EngineOptions {
     uint64_t kv_mem_bytes = 0;    // KV pool budget; 0 = exactly enough blocks for n_ctx
     double kv_mem_fraction = 0;   // --kv-mem N%: the pool fills N% of the memory the backend has free (at least n_ctx)
     DType kv_dtype = DType::f32;  // --kv-dtype (ignored when kv_dtype_auto)
-    // --kv-dtype auto: on CUDA the model's matrix type when it is 16-bit (the tensor-core prefill attention
-    // needs a 16-bit cache, and it halves the pool), else f32 - the CPU reference's type.
+    // --kv-dtype auto: f32 for an f32 model (the reference's type); else 16 bits, half the pool and the
+    // session store: on CUDA the model's matrix type when it is 16-bit (the tensor-core prefill attention
+    // needs a 16-bit cache), else f16 (as llama.cpp).
     bool kv_dtype_auto = false;
     std::string kv_dtype_why;     // why kv_dtype was chosen, for the device line (e.g. "session 's' has it")
     int32_t n_spare_blocks = 0;   // KV blocks beyond the context when kv_mem_bytes is 0 (copy-on-write room

@@ -245,11 +245,38 @@ TEST_CASE("session cli: --kv-dtype auto continues a session in the cache type it
     REQUIRE(run_turn(fresh.path(), "s", "Once upon", {"--kv-dtype", "bf16"}).exit_code == 0);
     CliResult explicit_bf16 = run_turn(fresh.path(), "s", " Then", {"--kv-dtype", "bf16"});
     CHECK(second.out == explicit_bf16.out);
-    // A new session with auto on the CPU is f32, and says nothing about it.
+    // A new session with auto on the CPU from an f32 model is f32, and says nothing about it.
     CliResult other = run_turn(dir.path(), "t", "Once upon", {"-v"});
     REQUIRE(other.exit_code == 0);
     CHECK(other.err.find("KV cache") == std::string::npos);
     CHECK(run_kvlm({"session", "show", "t", "--session-dir", dir.path()}).out.find("KV:        f32") !=
+          std::string::npos);
+}
+
+// Issue 17: on the CPU a 16-bit or quantized model gets an f16 cache (half the pool and the store), an f32
+// model keeps f32; a session saved in f32 from such a model continues in f32 and says so.
+TEST_CASE("session cli: --kv-dtype auto on the CPU is f16 for 16-bit and quantized models, f32 for f32 models") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir;
+    const std::string gguf = data_path("stories260K/stories260K.gguf");
+    for (const char* type : {"f16", "bf16", "q8_0"}) {
+        CAPTURE(type);
+        const std::string model = converted_model(std::string("stories-kv-auto-") + type, {gguf, "--dtype", type});
+        CliResult r = run_turn(dir.path(), std::string("auto-") + type, "Once upon", {"--device", "cpu"}, model);
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        CHECK_MESSAGE(r.err.find(std::string("KV cache f16 (auto: f16 for the model's ") + type + " weights)") !=
+                          std::string::npos,
+                      r.err);
+        CHECK(run_kvlm({"session", "show", std::string("auto-") + type, "--session-dir", dir.path()})
+                  .out.find("KV:        f16") != std::string::npos);
+    }
+    const std::string f16 = converted_model("stories-kv-auto-f16", {gguf, "--dtype", "f16"});
+    REQUIRE(run_turn(dir.path(), "old", "Once upon", {"--kv-dtype", "f32"}, f16).exit_code == 0);
+    CliResult continued = run_turn(dir.path(), "old", " Then", {}, f16);
+    REQUIRE_MESSAGE(continued.exit_code == 0, continued.err);
+    CHECK_MESSAGE(continued.err.find("KV cache f32 (auto: session 'old' was saved with it)") != std::string::npos,
+                  continued.err);
+    CHECK(run_kvlm({"session", "show", "old", "--session-dir", dir.path()}).out.find("KV:        f32") !=
           std::string::npos);
 }
 
