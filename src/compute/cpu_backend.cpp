@@ -11,6 +11,7 @@
 #include "format/model_file.h"
 #include "util/byte_size.h"
 #include "util/error.h"
+#include "util/huge_buffer.h"
 #include "util/thread_pool.h"
 
 namespace kvlm {
@@ -29,11 +30,11 @@ public:
                                                  layout_.block_bytes());
         size_t total = size_t(n_kv_blocks_) * layout_.block_bytes();
         if (total / layout_.block_bytes() != size_t(n_kv_blocks_)) throw_error("cpu backend: KV cache size overflows");
-        kv_ = static_cast<char*>(std::calloc(total, 1));  // zeroed lazily by the OS
-        if (!kv_)
+        if (!kv_memory_.allocate(total))
             throw_error("cpu backend: the KV pool of {} blocks ({}, {} tokens per block, {}) does not fit in memory; {}",
                         n_kv_blocks_, byte_size_text(total), layout_.block_size, dtype_name(layout_.dtype),
                         kv_pool_advice(options));
+        kv_ = kv_memory_.data();
 
         inv_freq_.resize(size_t(config_.head_dim / 2));
         rope_inv_freq(inv_freq_.data(), config_.head_dim, config_.rope_theta, config_.rope_scaling);
@@ -54,7 +55,6 @@ public:
         positions_.resize(b);
         name_ = fmt::format("cpu ({} threads, {})", pool_.n_threads(), cpu_path_text());
     }
-    ~CpuBackend() override { std::free(kv_); }
 
     std::string name() const override { return name_; }
     const ModelConfig& config() const override { return config_; }
@@ -168,7 +168,8 @@ private:
     KvLayout layout_;
     int32_t n_kv_blocks_ = 0;
     int32_t max_batch_ = 1;
-    char* kv_ = nullptr;  // [n_kv_blocks] block records
+    HugeBuffer kv_memory_;
+    char* kv_ = nullptr;  // kv_memory_: [n_kv_blocks] block records
     std::vector<float> inv_freq_;  // [head_dim / 2]
     // Scratch for one batch: x/h/tmp [max_batch, n_embd], q/att [max_batch, n_heads*head_dim],
     // k/v [max_batch, n_kv_heads*head_dim], gate/up [max_batch, n_ff].

@@ -33,76 +33,25 @@ SessionIdentity session_identity(Engine& engine) {
     return id;
 }
 
-SessionImage read_session_image(const SessionStore& store, const std::string& name, const SessionIdentity& identity,
-                                size_t block_bytes) {
-    SessionImage image;
+namespace {
+
+// The manifest of session `name`, checked against this engine's identity. Throws Error naming the field,
+// both values and how to start fresh.
+SessionManifest load_matching_manifest(const SessionStore& store, const std::string& name,
+                                       const SessionIdentity& identity) {
+    SessionManifest m;
     try {
-        image.manifest = store.load_manifest(name);
+        m = store.load_manifest(name);
     } catch (const Error& e) {
         throw_error("session '{}' cannot be restored: {}; {}", name, e.what(), start_fresh_hint(name));
     }
-    const SessionManifest& m = image.manifest;
     if (std::string diff = identity_mismatch(m.identity, identity); !diff.empty())
         throw_error("session '{}' was saved with a different setup ({}); {}", name, diff, start_fresh_hint(name));
-
-    BlockHash ns = kv_namespace_hash(identity.model_fingerprint, identity.kv_dtype, identity.block_size);
-    const int32_t block_size = identity.block_size;
-    BlockHash parent = ns;
-    for (size_t i = 0; i < m.blocks.size(); i++) {
-        const SessionBlockRef& ref = m.blocks[i];
-        size_t pos = i * size_t(block_size);
-        std::string problem;
-        // The chain binds every block to the transcript (a manifest can only be consistent, but be sure).
-        if (chain_block_hash(parent, m.tokens.data() + pos, ref.n_tokens) != ref.hash)
-            problem = "hash does not match the transcript";
-        std::vector<uint8_t> payload;
-        if (problem.empty()) problem = store.read_block(ref, ns, block_bytes, &payload);
-        if (!problem.empty()) {
-            image.bad_blocks.insert(ref.hash);
-            image.warnings.push_back(fmt::format("session '{}': block {} ({}) {}: recomputing {} tokens from position {}",
-                                                 name, i, ref.hash.hex(), problem, m.tokens.size() - pos, pos));
-            break;
-        }
-        image.payloads.push_back(std::move(payload));
-        parent = ref.hash;
-    }
-    return image;
+    return m;
 }
 
-RestoredSession adopt_session_image(Engine& engine, const SessionImage& image, Sequence& seq) {
-    KVLM_ASSERT(seq.tokens.empty() && seq.table.blocks.empty(), "restore needs an empty sequence");
-    PrefixCache& cache = engine.prefix_cache();
-    const SessionManifest& m = image.manifest;
-    const int32_t block_size = m.identity.block_size;
-    RestoredSession r;
-    r.existed = true;
-    r.transcript = m.tokens;
-    r.warnings = image.warnings;
-    r.bad_blocks = image.bad_blocks;
-    r.created_unix = m.created_unix;
-    r.pinned = m.pinned;
+}  // namespace
 
-    BlockHash parent = cache.kv_namespace();
-    int32_t n_tokens = 0;
-    for (size_t i = 0; i < image.payloads.size(); i++) {
-        const SessionBlockRef& ref = m.blocks[i];
-        bool full = ref.n_tokens == block_size;
-        int32_t block = cache.adopt_block(ref.hash, parent, image.payloads[i].data(), full);
-        if (block < 0) {
-            r.warnings.push_back(fmt::format("session: the KV pool has no room for block {}: recomputing {} tokens "
-                                             "from position {} (raise --kv-mem or -c)",
-                                             i, m.tokens.size() - size_t(n_tokens), n_tokens));
-            break;
-        }
-        seq.table.blocks.push_back(block);
-        n_tokens += ref.n_tokens;
-        parent = ref.hash;
-    }
-    seq.table.n_tokens = n_tokens;
-    seq.tokens.assign(m.tokens.begin(), m.tokens.begin() + n_tokens);
-    r.n_restored = n_tokens;
-    return r;
-}
 
 void check_session_fits(Engine& engine, const std::string& name, size_t n_saved, size_t n_new) {
     const size_t n_tokens = n_saved + n_new;
@@ -126,9 +75,54 @@ void check_session_fits(Engine& engine, const std::string& name, size_t n_saved,
 RestoredSession restore_session(Engine& engine, const SessionStore& store, const std::string& name, Sequence& seq) {
     SessionStore::check_name(name);
     if (!store.has_session(name)) return RestoredSession{};
-    SessionImage image = read_session_image(store, name, session_identity(engine), engine.backend().kv_block_bytes());
-    check_session_fits(engine, name, image.manifest.tokens.size(), 0);
-    return adopt_session_image(engine, image, seq);
+    const SessionIdentity identity = session_identity(engine);
+    const SessionManifest m = load_matching_manifest(store, name, identity);
+    check_session_fits(engine, name, m.tokens.size(), 0);
+
+    KVLM_ASSERT(seq.tokens.empty() && seq.table.blocks.empty(), "restore needs an empty sequence");
+    RestoredSession r;
+    r.existed = true;
+    r.transcript = m.tokens;
+    r.created_unix = m.created_unix;
+    r.pinned = m.pinned;
+    PrefixCache& cache = engine.prefix_cache();
+    const int32_t block_size = identity.block_size;
+    const size_t block_bytes = engine.backend().kv_block_bytes();
+    // Block by block: read and verify into one reused buffer, then adopt it into the pool (no allocation
+    // per block). The first damaged or missing block ends the restore; the rest is recomputed.
+    std::vector<uint8_t> payload;
+    payload.reserve(block_bytes);
+    BlockHash parent = cache.kv_namespace();
+    int32_t n_tokens = 0;
+    for (size_t i = 0; i < m.blocks.size(); i++) {
+        const SessionBlockRef& ref = m.blocks[i];
+        const size_t pos = i * size_t(block_size);
+        std::string problem;
+        // The chain binds every block to the transcript (a manifest can only be consistent, but be sure).
+        if (chain_block_hash(parent, m.tokens.data() + pos, ref.n_tokens) != ref.hash)
+            problem = "hash does not match the transcript";
+        if (problem.empty()) problem = store.read_block(ref, cache.kv_namespace(), block_bytes, &payload);
+        if (!problem.empty()) {
+            r.bad_blocks.insert(ref.hash);
+            r.warnings.push_back(fmt::format("session '{}': block {} ({}) {}: recomputing {} tokens from position {}",
+                                             name, i, ref.hash.hex(), problem, m.tokens.size() - pos, pos));
+            break;
+        }
+        const int32_t block = cache.adopt_block(ref.hash, parent, payload.data(), ref.n_tokens == block_size);
+        if (block < 0) {
+            r.warnings.push_back(fmt::format("session: the KV pool has no room for block {}: recomputing {} tokens "
+                                             "from position {} (raise --kv-mem or -c)",
+                                             i, m.tokens.size() - pos, pos));
+            break;
+        }
+        seq.table.blocks.push_back(block);
+        n_tokens += ref.n_tokens;
+        parent = ref.hash;
+    }
+    seq.table.n_tokens = n_tokens;
+    seq.tokens.assign(m.tokens.begin(), m.tokens.begin() + n_tokens);
+    r.n_restored = n_tokens;
+    return r;
 }
 
 std::vector<int32_t> tokens_to_prefill(Engine& engine, Sequence& seq, const RestoredSession& restored,

@@ -1,6 +1,6 @@
-// Sessions in a run: restore a saved session's transcript and K/V into the pool (read + verify every
-// block into host memory first, then adopt them through the prefix cache), and save the sequence back
-// after a turn. Restores are transactional: a refused session leaves the pool and `seq` untouched.
+// Sessions in a run: restore a saved session's transcript and K/V into the pool (each block read and
+// verified, then adopted through the prefix cache), and save the sequence back after a turn. A refused
+// session (unreadable manifest, other setup, too large) leaves the pool and `seq` untouched.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,21 +16,6 @@ namespace kvlm {
 // The identity a session saved by this engine carries (model fingerprint, KV dtype/layout, block size, RoPE).
 SessionIdentity session_identity(Engine& engine);
 
-// Phase 1 of a restore: the manifest and the verified payloads of its longest valid block prefix, in host
-// memory. Touches no live state.
-struct SessionImage {
-    SessionManifest manifest;
-    std::vector<std::vector<uint8_t>> payloads;  // [n_valid_blocks] block records, verified
-    std::vector<std::string> warnings;           // one per damaged/missing block, for stderr
-    std::unordered_set<BlockHash, BlockHashHasher> bad_blocks;  // rewrite these on the next save
-};
-
-// Throws Error (naming the field, both values and how to start fresh) if the manifest is unreadable,
-// from another format version, or does not match `identity`. Damaged or missing blocks are not an error:
-// the image stops before the first one and a warning says how many tokens will be recomputed.
-SessionImage read_session_image(const SessionStore& store, const std::string& name, const SessionIdentity& identity,
-                                size_t block_bytes);
-
 struct RestoredSession {
     bool existed = false;
     std::vector<int32_t> transcript;  // saved tokens (empty for a new session)
@@ -41,17 +26,17 @@ struct RestoredSession {
     bool pinned = false;
 };
 
-// Phase 2: puts the image's blocks into the pool (PrefixCache::adopt_block, which reuses blocks already
-// cached in this process) and appends them to `seq`, which must be empty. If the pool runs out, the rest
-// is left to recompute (with a warning).
-RestoredSession adopt_session_image(Engine& engine, const SessionImage& image, Sequence& seq);
-
 // Throws Error (naming the numbers and the -c / --kv-mem value that would do) if a session of n_saved
 // tokens plus n_new new prompt tokens does not fit the engine's context or KV pool.
 void check_session_fits(Engine& engine, const std::string& name, size_t n_saved, size_t n_new);
 
-// Both phases; a session that does not exist yet gives existed = false and an untouched seq. A session
-// larger than the context or the KV pool is refused (check_session_fits) before the pool is touched.
+// Restores session `name` into `seq`, which must be empty; a session that does not exist yet gives
+// existed = false and an untouched seq. Throws Error (naming the field, both values and how to start
+// fresh) if the manifest is unreadable, from another format version or another setup, and refuses a
+// session larger than the context or the KV pool (check_session_fits), all before the pool is touched.
+// Blocks already cached in this process are reused (PrefixCache::adopt_block). A damaged or missing block,
+// or a full pool, is not an error: the restore stops there and a warning says how many tokens will be
+// recomputed.
 RestoredSession restore_session(Engine& engine, const SessionStore& store, const std::string& name, Sequence& seq);
 
 // The tokens a turn must prefill on top of a restored seq: the transcript tokens not in its K/V, then the

@@ -18,6 +18,7 @@
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/input_file.h"
 
 namespace kvlm {
 
@@ -249,25 +250,28 @@ SessionManifest SessionStore::load_manifest(const std::string& name) const {
 
 std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, size_t payload_size,
                                      std::vector<uint8_t>* payload) const {
-    std::string path = block_path(ref.hash);
-    std::vector<uint8_t> bytes;
+    const std::string path = block_path(ref.hash);
     try {
-        // The header first: a damaged or foreign file is refused without reading (or allocating) its size.
-        if (!read_file_head(path, kBlockHeaderSize, &bytes)) return "missing";
-        BlockFileHeader h = decode_block_header(bytes.data(), bytes.size(), file_size_or_zero(path), path);
+        // One descriptor: the header first, so a damaged or foreign file is refused without reading (or
+        // allocating) its size; then the payload straight into the caller's buffer.
+        InputFile file;
+        if (!file.open(path)) return "missing";
+        uint8_t head[kBlockHeaderSize];
+        const size_t n_head = file.read_at(head, kBlockHeaderSize, 0);
+        BlockFileHeader h = decode_block_header(head, n_head, file.size(), path);
         if (h.kv_namespace != kv_namespace) return "belongs to another model or KV layout (namespace mismatch)";
         if (h.hash != ref.hash) return "header names another block (" + h.hash.hex() + ")";
         if (h.n_tokens != ref.n_tokens) return fmt::format("holds {} tokens, expected {}", h.n_tokens, ref.n_tokens);
         if (h.payload_size != payload_size)
             return fmt::format("payload is {} bytes, expected {}", h.payload_size, payload_size);
-        if (!read_whole_file(path, &bytes)) return "missing";
-        if (bytes.size() != kBlockHeaderSize + payload_size) return "changed while being read";
-        uint64_t actual = payload_checksum(bytes.data() + kBlockHeaderSize, payload_size);
+        payload->resize(payload_size);
+        if (file.read_at(payload->data(), payload_size, kBlockHeaderSize) != payload_size)
+            return "changed while being read";
+        uint64_t actual = payload_checksum(payload->data(), payload_size);
         if (actual != h.payload_checksum || actual != ref.checksum) return "checksum mismatch (the file is damaged)";
     } catch (const Error& e) {
         return e.what();
     }
-    payload->assign(bytes.begin() + kBlockHeaderSize, bytes.end());
     return "";
 }
 

@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <random>
 
 #include "util/error.h"
+#include "util/input_file.h"
 
 namespace kvlm {
 
@@ -75,34 +77,10 @@ void write_file_atomic(const std::string& path, const void* data, size_t size, c
 }
 
 bool read_file_head(const std::string& path, size_t max_bytes, std::vector<uint8_t>* out) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return false;
-        throw_error("{}: cannot open: {}", path, std::strerror(errno));
-    }
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-        int err = errno;
-        ::close(fd);
-        throw_error("{}: cannot stat: {}", path, std::strerror(err));
-    }
-    size_t want = std::min<uint64_t>(uint64_t(st.st_size), max_bytes);
-    out->resize(want);
-    size_t got = 0;
-    while (got < want) {
-        // Large sequential reads: block files are a few hundred KiB to a few MiB.
-        ssize_t n = ::read(fd, out->data() + got, std::min<size_t>(want - got, size_t(16) << 20));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            int err = errno;
-            ::close(fd);
-            throw_error("{}: read failed: {}", path, std::strerror(err));
-        }
-        if (n == 0) break;  // shrank while reading
-        got += size_t(n);
-    }
-    out->resize(got);
-    ::close(fd);
+    InputFile file;
+    if (!file.open(path)) return false;
+    out->resize(size_t(std::min<uint64_t>(file.size(), max_bytes)));
+    out->resize(file.read_at(out->data(), out->size(), 0));
     return true;
 }
 
