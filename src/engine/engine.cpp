@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
 
 #include "engine/model_check.h"
 #include "util/byte_size.h"
@@ -76,12 +78,19 @@ void parse_kv_mem(const std::string& text, EngineOptions* options) {
 Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     auto start = std::chrono::steady_clock::now();
     model_ = ModelFile::open(model_path);
+    // The tokenizer (tens of ms for a 49k-piece BPE vocabulary) is built on a second thread while this one
+    // verifies the weights (which also maps them in): start-up is the longer of the two, not their sum.
+    // The future's destructor waits for it whichever of the two throws. Where no thread can be started,
+    // libstdc++ falls back to `deferred`: get() builds it here (the thread pool then reports the limit).
+    std::future<std::unique_ptr<Tokenizer>> tokenizer = std::async(std::launch::async | std::launch::deferred, [this] {
+        return std::make_unique<Tokenizer>(model_->metadata().tokenizer);
+    });
     const ModelCheck check = check_model_at_load(*model_, !options.quiet);
     if (check.first_use && !options.quiet)
         std::fprintf(stderr, "kvlm: verified the checksums of %s (%s) on its first use in %.1f s; later runs skip "
                      "that until the file changes\n",
                      model_->path().c_str(), byte_size_text(model_->file_size()).c_str(), check.seconds);
-    tokenizer_ = std::make_unique<Tokenizer>(model_->metadata().tokenizer);
+    tokenizer_ = tokenizer.get();
     const ModelConfig& config = model_->config();
 
     if (options.block_size < 1 || options.block_size > 4096)

@@ -50,26 +50,55 @@ BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
     }
 
     merges_.reserve(data.merges.size());
-    std::string joined;
-    for (size_t rank = 0; rank < data.merges.size(); ++rank) {
-        const std::string& merge = data.merges[rank];
-        // Pieces of byte-level vocabularies never contain ' ', so the first space separates the pair; other
-        // positions are tried for vocabularies whose pieces might.
-        bool found = false;
-        for (size_t space = merge.find(' '); space != std::string::npos && !found; space = merge.find(' ', space + 1)) {
-            const int32_t left = piece_to_id_.find(std::string_view(merge).substr(0, space));
-            if (left < 0) continue;
-            const int32_t right = piece_to_id_.find(std::string_view(merge).substr(space + 1));
-            if (right < 0) continue;
-            joined.assign(merge, 0, space);
-            joined.append(merge, space + 1, std::string::npos);
-            const int32_t result = piece_to_id_.find(joined);
-            if (result < 0) continue;
-            merges_.emplace(pair_key(left, right), Merge{static_cast<int32_t>(rank), result});
-            found = true;
+    // Byte-level pieces never contain ' ', so a merge's first space almost always separates its pair: look
+    // those pairs and their joins up in batches (the lookups' cache misses overlap), then try the other
+    // spaces one by one for merges whose first split does not name vocabulary pieces.
+    constexpr size_t kBatch = 256;
+    std::vector<std::string_view> pieces(2 * kBatch), joined_views(kBatch);
+    std::vector<std::string> joined(kBatch);
+    std::vector<int32_t> ids(2 * kBatch), results(kBatch);
+    for (size_t first = 0; first < data.merges.size(); first += kBatch) {
+        const size_t count = std::min(kBatch, data.merges.size() - first);
+        for (size_t i = 0; i < count; i++) {
+            const std::string_view merge = data.merges[first + i];
+            const size_t space = std::min(merge.find(' '), merge.size());
+            pieces[2 * i] = merge.substr(0, space);
+            pieces[2 * i + 1] = space < merge.size() ? merge.substr(space + 1) : std::string_view();
+            joined[i].assign(pieces[2 * i]);
+            joined[i].append(pieces[2 * i + 1]);
+            joined_views[i] = joined[i];
         }
-        // A merge over pieces missing from the vocabulary can never apply and is skipped.
+        piece_to_id_.find_many(pieces.data(), ids.data(), 2 * count);
+        piece_to_id_.find_many(joined_views.data(), results.data(), count);
+        for (size_t i = 0; i < count; i++) {
+            const int32_t rank = static_cast<int32_t>(first + i);
+            const std::string& merge = data.merges[first + i];
+            if (merge.find(' ') == std::string::npos) continue;  // no pair: can never apply
+            if (ids[2 * i] >= 0 && ids[2 * i + 1] >= 0 && results[i] >= 0) {
+                merges_.emplace(pair_key(ids[2 * i], ids[2 * i + 1]), Merge{rank, results[i]});
+                continue;
+            }
+            add_merge_at_later_space(merge, rank);
+        }
     }
+}
+
+void BpeEncoder::add_merge_at_later_space(const std::string& merge, int32_t rank) {
+    std::string joined;
+    for (size_t space = merge.find(' ', merge.find(' ') + 1); space != std::string::npos;
+         space = merge.find(' ', space + 1)) {
+        const int32_t left = piece_to_id_.find(std::string_view(merge).substr(0, space));
+        if (left < 0) continue;
+        const int32_t right = piece_to_id_.find(std::string_view(merge).substr(space + 1));
+        if (right < 0) continue;
+        joined.assign(merge, 0, space);
+        joined.append(merge, space + 1, std::string::npos);
+        const int32_t result = piece_to_id_.find(joined);
+        if (result < 0) continue;
+        merges_.emplace(pair_key(left, right), Merge{rank, result});
+        return;
+    }
+    // A merge over pieces missing from the vocabulary can never apply and is skipped.
 }
 
 void BpeEncoder::encode(std::string_view text, std::vector<int32_t>& out) const {

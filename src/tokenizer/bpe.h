@@ -30,6 +30,8 @@ private:
         int32_t result;  // token id of left + right
     };
     void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+    // The merge's pair split at its second space or later (vocabularies whose pieces contain ' ').
+    void add_merge_at_later_space(const std::string& merge, int32_t rank);
 
     PreTokenizer pre_;
     bool ignore_merges_;  // Llama 3: a pre-tokenized word that is itself a token is taken whole

@@ -3,6 +3,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace kvlm {
@@ -44,7 +45,28 @@ void PieceMap::insert(std::string_view piece, int32_t id) {
 
 int32_t PieceMap::find(std::string_view piece) const {
     if (slots_.empty()) return -1;
-    const uint64_t hash = hash_piece(piece);
+    return probe(piece, hash_piece(piece));
+}
+
+void PieceMap::find_many(const std::string_view* pieces, int32_t* ids, size_t n) const {
+    constexpr size_t kBatch = 32;
+    uint64_t hashes[kBatch];
+    for (size_t i0 = 0; i0 < n; i0 += kBatch) {
+        const size_t count = std::min(kBatch, n - i0);
+        if (slots_.empty()) {
+            std::fill(ids + i0, ids + i0 + count, -1);
+            continue;
+        }
+        const size_t mask = slots_.size() - 1;
+        for (size_t i = 0; i < count; i++) {
+            hashes[i] = hash_piece(pieces[i0 + i]);
+            __builtin_prefetch(&slots_[hashes[i] & mask]);
+        }
+        for (size_t i = 0; i < count; i++) ids[i0 + i] = probe(pieces[i0 + i], hashes[i]);
+    }
+}
+
+int32_t PieceMap::probe(std::string_view piece, uint64_t hash) const {
     const size_t mask = slots_.size() - 1;
     for (size_t i = hash & mask;; i = (i + 1) & mask) {
         const Slot& s = slots_[i];

@@ -16,6 +16,9 @@ public:
     // Keeps the first id for a piece inserted twice. `piece` must outlive the map.
     void insert(std::string_view piece, int32_t id);
     int32_t find(std::string_view piece) const;  // -1 if absent
+    // ids[i] = find(pieces[i]) for i < n: all hashes first, with their slots prefetched, then the probes,
+    // so that n cache misses overlap (building a BPE vocabulary's merge table looks up 150k pieces).
+    void find_many(const std::string_view* pieces, int32_t* ids, size_t n) const;
     size_t size() const { return size_; }
 
 private:
@@ -26,6 +29,7 @@ private:
         int32_t id = -1;
     };
     void grow();
+    int32_t probe(std::string_view piece, uint64_t hash) const;
 
     std::vector<Slot> slots_;
     size_t size_ = 0;

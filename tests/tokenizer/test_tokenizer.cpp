@@ -14,6 +14,7 @@
 #include "import/gguf.h"
 #include "import/tokenizer/tokenizer_import.h"
 #include "support/test_util.h"
+#include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 #include "util/error.h"
@@ -198,6 +199,25 @@ TEST_CASE("tokenizer: bytes without a token are dropped and reported") {
     if (!have_data(spm_path)) return;
     const Tokenizer spm(load_tokenizer_source(spm_path));
     CHECK(spm.bytes_without_token("a\x04" "b") == "");  // byte fallback: <0x04>
+}
+
+// The merge table is built in batches split at each merge's first space; a pair whose pieces contain a space
+// is found at a later one, and merges over missing pieces or without a pair are skipped.
+TEST_CASE("tokenizer: BPE merges split at the first space, else a later one; impossible merges are skipped") {
+    TokenizerData data;
+    data.type = "bpe";
+    data.pre = "gpt2";
+    data.tokens = {"a", "b", "c", "ab", "a b", "a bc", "abc"};
+    data.token_types.assign(data.tokens.size(), 1);
+    // 1000 valid copies of the first merge push the others past a batch boundary (duplicates keep rank 0).
+    std::vector<std::string> merges(1000, "a b");
+    for (const char* m : {"a b c", "ab c", "x y", "abc", "a c"}) merges.push_back(m);
+    data.merges = merges;
+    const BpeEncoder encoder(data);
+    CHECK(encoder.n_merges() == 3);  // (a, b), (a b, c) at the second space, (ab, c); not x y, abc or a c
+    std::vector<int32_t> ids;
+    encoder.encode("abc", ids);
+    CHECK(ids == std::vector<int32_t>{6});
 }
 
 TEST_CASE("tokenizer: special tokens are matched only with parse_special") {
