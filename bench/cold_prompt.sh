@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A cold long prompt, whole process, kvlm beside llama.cpp: process start to exit for a ~1709-token prompt
 # (the start of /usr/share/common-licenses/GPL-3) and one generated token, greedy, same threads, same model
-# type, interleaved A B A B, median of REPS. Uses the peer build and models of bench/peer_llamacpp.sh (run
-# that first). Not part of `make test` or CI.
+# type, interleaved A B A B, median of REPS. Then the next turn after that prompt as a saved history
+# (issue 17): llama-completion --prompt-cache (read-only after the first run) against kvlm run --session
+# (restored from a fresh copy of the store each time, and saved again), the history plus " Thanks.", 4
+# tokens, whole process; and each one's bytes on disk for the history. Uses the peer build and models of
+# bench/peer_llamacpp.sh (run that first). Not part of `make test` or CI.
 #   usage: bench/cold_prompt.sh     env: TYPES="f16 q4_1" REPS=3 THREADS=<cores> TOKENS=1709 PEER_CACHE KVLM
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +26,8 @@ die() { echo "cold_prompt: error: $*" >&2; exit 1; }
 # The prompt: the longest prefix of whole lines of the text with at most TOKENS tokens (kvlm's tokenizer; the
 # same GGUF vocabulary in both engines). Both engines add BOS.
 prompt=$(mktemp)
-trap 'rm -f "$prompt"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$prompt" "$work"' EXIT
 first_model="$WORK/smollm2-135m-$(echo "$TYPES" | awk '{print $1}').kvlm"
 [ -f "$first_model" ] || die "$first_model not found: run bench/peer_llamacpp.sh first"
 python3 - "$KVLM" "$first_model" "$TEXT" "$TOKENS" "$prompt" <<'EOF'
@@ -64,4 +68,29 @@ for t in $TYPES; do
     done
     p=$(median "${peer[@]}") o=$(median "${ours[@]}")
     echo "| $t | $p | $o | $(python3 -c "print(f'{$p / $o:.2f}')") |"
+done
+
+echo
+echo "next turn after that history (\" Thanks.\", 4 tokens, greedy), whole process, median of $REPS interleaved"
+echo
+echo "| type | llama.cpp --prompt-cache s | kvlm --session s | speed kvlm / llama.cpp | llama.cpp cache bytes | kvlm store bytes |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+next="$work/next.txt"
+{ cat "$prompt"; printf ' Thanks.'; } > "$next"
+for t in $TYPES; do
+    cache="$work/$t.cache" store="$work/$t.store"
+    "$BIN/llama-completion" -m "$WORK/smollm2-135m-$t.gguf" -f "$prompt" -n 1 --temp 0 -t "$THREADS" -c 4096 -no-cnv \
+        --prompt-cache "$cache" > /dev/null 2>&1
+    "$KVLM" run -m "$WORK/smollm2-135m-$t.kvlm" -n 1 --temp 0 -t "$THREADS" -c 4096 --session s \
+        --session-dir "$store" < "$prompt" > /dev/null 2>&1
+    peer=() ours=()
+    for _ in $(seq "$REPS"); do
+        peer+=("$(seconds "$BIN/llama-completion" -m "$WORK/smollm2-135m-$t.gguf" -f "$next" -n 4 --temp 0 \
+            -t "$THREADS" -c 4096 -no-cnv --prompt-cache "$cache" --prompt-cache-ro)")
+        rm -rf "$work/copy" && cp -a "$store" "$work/copy"
+        ours+=("$(seconds "$KVLM" run -m "$WORK/smollm2-135m-$t.kvlm" -p " Thanks." -n 4 --temp 0 -t "$THREADS" \
+            -c 4096 --session s --session-dir "$work/copy")")
+    done
+    p=$(median "${peer[@]}") o=$(median "${ours[@]}")
+    echo "| $t | $p | $o | $(python3 -c "print(f'{$p / $o:.2f}')") | $(stat -c %s "$cache") | $(du -sb "$store" | cut -f1) |"
 done
