@@ -73,7 +73,7 @@ done
 echo
 echo "next turn after that history (\" Thanks.\", 4 tokens, greedy), whole process, median of $REPS interleaved"
 echo
-echo "| type | llama.cpp --prompt-cache s | kvlm --session s | speed kvlm / llama.cpp | llama.cpp cache bytes | kvlm store bytes |"
+echo "| type | llama.cpp --prompt-cache s | kvlm --session s | speed kvlm / llama.cpp | llama.cpp cache bytes | kvlm store file bytes |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: |"
 next="$work/next.txt"
 { cat "$prompt"; printf ' Thanks.'; } > "$next"
@@ -92,5 +92,5 @@ for t in $TYPES; do
             -c 4096 --session s --session-dir "$work/copy")")
     done
     p=$(median "${peer[@]}") o=$(median "${ours[@]}")
-    echo "| $t | $p | $o | $(python3 -c "print(f'{$p / $o:.2f}')") | $(stat -c %s "$cache") | $(du -sb "$store" | cut -f1) |"
+    echo "| $t | $p | $o | $(python3 -c "print(f'{$p / $o:.2f}')") | $(stat -c %s "$cache") | $(find "$store" -type f -printf "%s\n" | awk '{s += $1} END {print s}') |"
 done
