@@ -52,7 +52,6 @@ SessionManifest load_matching_manifest(const SessionStore& store, const std::str
 
 }  // namespace
 
-
 void check_session_fits(Engine& engine, const std::string& name, size_t n_saved, size_t n_new) {
     const size_t n_tokens = n_saved + n_new;
     std::string what = n_new == 0 ? fmt::format("session '{}' holds {} tokens", name, n_saved)
