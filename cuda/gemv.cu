@@ -107,13 +107,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     uint4 wv[U][NR];  // vector path: the current step's chunks (the scalar fallback is not prefetched)
     if (has_rows && p.vec) load_step(wv, rows, 0, n_chunks, lane);
 
-    float scale = 1.0f;
-    if (norm) scale = block_rms_scale(x, n_in, p.norm_eps, warp_sums);
-    if (kShared) {
-        for (int32_t i = threadIdx.x; i < n_in; i += blockDim.x)
-            x_shared[i] = norm ? norm_weight[i] * (x[i] * scale) : x[i];
-        __syncthreads();
-    }
+    const float scale = stage_input<kShared>(p, x_shared, warp_sums);
     // No block-wide synchronization below: warps without rows may leave.
     if (!has_rows) return;
 

@@ -132,13 +132,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
     Quarter wq[U][NR] = {};
     if (has_rows) load_step<Q>(wq, rows, 0, n_blocks, sub, k);
 
-    float scale = 1.0f;
-    if (norm) scale = block_rms_scale(x, n_in, p.norm_eps, warp_sums);
-    if (kShared) {
-        for (int32_t i = threadIdx.x; i < n_in; i += blockDim.x)
-            x_shared[i] = norm ? norm_weight[i] * (x[i] * scale) : x[i];
-        __syncthreads();
-    }
+    const float scale = stage_input<kShared>(p, x_shared, warp_sums);
     // No block-wide synchronization below: warps without rows may leave.
     if (!has_rows) return;
 

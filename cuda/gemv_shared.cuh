@@ -50,6 +50,22 @@ __device__ inline float block_rms_scale(const float* x, int32_t n, float eps, fl
     return 1.0f / sqrtf(total / float(n) + eps);
 }
 
+// The input of the block's rows: scale = 1 / rms(x) when p.norm_weight is set (else 1), and, when kShared,
+// x (times norm_weight * scale) staged in x_shared[n_in]. Every thread of the block must call it (it
+// synchronizes).
+template <bool kShared>
+__device__ __forceinline__ float stage_input(const GemvParams& p, float* x_shared, float* warp_sums /* [kMaxWarps] */) {
+    const float* __restrict__ x = p.x;
+    const float* __restrict__ norm_weight = p.norm_weight;
+    const float scale = norm_weight ? block_rms_scale(x, p.n_in, p.norm_eps, warp_sums) : 1.0f;
+    if (kShared) {
+        for (int32_t i = threadIdx.x; i < p.n_in; i += blockDim.x)
+            x_shared[i] = norm_weight ? norm_weight[i] * (x[i] * scale) : x[i];
+        __syncthreads();
+    }
+    return scale;
+}
+
 // Output o and row within it of flattened row `row` (< n_rows).
 __device__ __forceinline__ int locate(const GemvParams& p, int32_t row, int32_t* local) {
     const int o = int(row >= p.row_end[0]) + int(row >= p.row_end[1]);
