@@ -14,6 +14,7 @@
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
 #include "format/model_file.h"
+#include "support/cuda_kernel_checks.h"
 #include "support/random_model.h"
 #include "support/test_util.h"
 #include "util/error.h"
@@ -37,32 +38,6 @@ TEST_CASE("cuda backend: parity with the CPU backend") {
 
 namespace {
 
-bool have_cuda() {
-    std::string why;
-    if (cuda_available(&why)) return true;
-    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
-    return false;
-}
-
-void check_close(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol,
-                 const std::string& what) {
-    REQUIRE(got.size() == want.size());
-    size_t bad = 0;
-    double max_err = 0;
-    std::ostringstream first;
-    for (size_t i = 0; i < want.size(); i++) {
-        float err = std::fabs(got[i] - want[i]);
-        if (!(err <= atol + rtol * std::fabs(want[i]))) {
-            if (bad < 5) first << "  [" << i << "] got " << got[i] << " want " << want[i] << "\n";
-            bad++;
-        }
-        if (err == err) max_err = std::max(max_err, double(err));
-    }
-    INFO(what << ": " << bad << " of " << want.size() << " logits off (max abs error " << max_err << ")\n"
-              << first.str());
-    CHECK(bad == 0);
-}
-
 struct Pair {
     std::unique_ptr<Backend> cpu, cuda;
     BlockTable table;
@@ -84,13 +59,6 @@ Pair make_pair(const ModelConfig& config, const ModelWeights& weights, int32_t b
     std::shuffle(p.table.blocks.begin(), p.table.blocks.end(), std::mt19937(5));
     p.table.blocks.resize(static_cast<size_t>(n_table));
     return p;
-}
-
-std::vector<int32_t> random_tokens(int32_t n, int32_t n_vocab, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> tokens(static_cast<size_t>(n));
-    for (auto& t : tokens) t = int32_t(rng() % uint32_t(n_vocab));
-    return tokens;
 }
 
 // Prefill `n_prefill` tokens (all logits), then decode the rest one by one; compares every step.

@@ -23,13 +23,6 @@ using namespace kvlm::test;
 
 namespace {
 
-bool have_cuda() {
-    std::string why;
-    if (cuda_available(&why)) return true;
-    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
-    return false;
-}
-
 std::string stories(const std::string& relative) { return data_path("stories260K/" + relative); }
 std::string stories_model() { return converted_model("stories-gguf", {stories("stories260K.gguf")}); }
 

@@ -15,6 +15,7 @@
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
 #include "format/model_file.h"
+#include "support/cuda_kernel_checks.h"
 #include "support/random_model.h"
 #include "support/test_util.h"
 
@@ -35,13 +36,6 @@ TEST_CASE("cuda models: graphs and synthetic shapes") {
 
 namespace {
 
-bool have_cuda() {
-    std::string why;
-    if (cuda_available(&why)) return true;
-    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
-    return false;
-}
-
 BlockTable shuffled_table(int32_t n_blocks, int32_t n_used, uint32_t seed) {
     BlockTable table;
     table.blocks.resize(size_t(n_blocks));
@@ -49,13 +43,6 @@ BlockTable shuffled_table(int32_t n_blocks, int32_t n_used, uint32_t seed) {
     std::shuffle(table.blocks.begin(), table.blocks.end(), std::mt19937(seed));
     table.blocks.resize(size_t(n_used));
     return table;
-}
-
-std::vector<int32_t> random_tokens(int32_t n, int32_t n_vocab, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> tokens(static_cast<size_t>(n));
-    for (auto& t : tokens) t = int32_t(rng() % uint32_t(n_vocab));
-    return tokens;
 }
 
 // Worst |got - want| / max(1, |want|).

@@ -13,6 +13,7 @@
 
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
+#include "support/cuda_kernel_checks.h"
 #include "support/random_model.h"
 #include "support/test_util.h"
 
@@ -32,33 +33,6 @@ TEST_CASE("cuda backend: quantized models match the CPU") {
 #else
 
 namespace {
-
-bool have_cuda() {
-    std::string why;
-    if (cuda_available(&why)) return true;
-    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
-    return false;
-}
-
-// Largest |got - want| / (1 + |want|) over the logits; checked against tol with the first offenders shown.
-void check_close(const std::vector<float>& got, const std::vector<float>& want, float tol, const std::string& what) {
-    REQUIRE(got.size() == want.size());
-    size_t bad = 0;
-    double max_err = 0;
-    std::ostringstream first;
-    for (size_t i = 0; i < want.size(); i++) {
-        const float err = std::fabs(got[i] - want[i]);
-        if (!(err <= tol + tol * std::fabs(want[i]))) {
-            if (bad < 5) first << "  [" << i << "] got " << got[i] << " want " << want[i] << "\n";
-            bad++;
-        }
-        if (err == err) max_err = std::max(max_err, double(err));
-    }
-    INFO(what << ": " << bad << " of " << want.size() << " logits off (tol " << tol << ", max abs error " << max_err
-              << ")\n"
-              << first.str());
-    CHECK(bad == 0);
-}
 
 // A CPU backend over `cpu_weights` and a CUDA backend over `cuda_weights` (same config), one shuffled table.
 struct Pair {
@@ -82,13 +56,6 @@ Pair make_pair(const ModelConfig& config, const ModelWeights& cpu_weights, const
     return p;
 }
 
-std::vector<int32_t> random_tokens(int32_t n, int32_t n_vocab, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> tokens(static_cast<size_t>(n));
-    for (auto& t : tokens) t = int32_t(rng() % uint32_t(n_vocab));
-    return tokens;
-}
-
 // Prefills n_prefill tokens (all logits; n_prefill 1 is a decode step), then decodes up to n_total, comparing
 // the two backends' logits at every step: prefill to prefill_tol, decode to decode_tol.
 void compare_run(const Pair& p, int32_t n_vocab, int32_t n_prefill, int32_t n_total, float prefill_tol,
@@ -97,12 +64,15 @@ void compare_run(const Pair& p, int32_t n_vocab, int32_t n_prefill, int32_t n_to
     std::vector<float> cpu(size_t(n_prefill) * n_vocab), gpu(cpu.size());
     p.cpu->forward(tokens.data(), n_prefill, 0, p.table, cpu.data(), true);
     p.cuda->forward(tokens.data(), n_prefill, 0, p.table, gpu.data(), true);
-    check_close(gpu, cpu, n_prefill > 1 ? prefill_tol : decode_tol, what + ": first forward");
+    {
+        const float tol = n_prefill > 1 ? prefill_tol : decode_tol;
+        check_close(gpu, cpu, tol, tol, what + ": first forward");
+    }
     cpu.resize(size_t(n_vocab)), gpu.resize(size_t(n_vocab));
     for (int32_t pos = n_prefill; pos < n_total; pos++) {
         p.cpu->forward(&tokens[size_t(pos)], 1, pos, p.table, cpu.data());
         p.cuda->forward(&tokens[size_t(pos)], 1, pos, p.table, gpu.data());
-        check_close(gpu, cpu, decode_tol, what + ": decode at " + std::to_string(pos));
+        check_close(gpu, cpu, decode_tol, decode_tol, what + ": decode at " + std::to_string(pos));
     }
 }
 

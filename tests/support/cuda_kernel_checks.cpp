@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <sstream>
 
 #include "support/random_model.h"
@@ -42,6 +43,19 @@ void check_close(const float* got, const float* want, size_t n, float atol, floa
     }
     INFO(what << ": " << bad << " of " << n << " elements off (max abs error " << max_err << ")\n" << first.str());
     CHECK(bad == 0);
+}
+
+void check_close(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol,
+                 const std::string& what) {
+    REQUIRE(got.size() == want.size());
+    check_close(got.data(), want.data(), want.size(), atol, rtol, what);
+}
+
+std::vector<int32_t> random_tokens(int32_t n, int32_t n_vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    for (auto& t : tokens) t = int32_t(rng() % uint32_t(n_vocab));
+    return tokens;
 }
 
 std::vector<uint8_t> random_typed(size_t n, DType dtype, float lo, float hi, uint64_t seed) {

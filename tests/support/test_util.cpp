@@ -14,6 +14,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "compute/backend.h"
+
 namespace kvlm::test {
 
 namespace fs = std::filesystem;
@@ -33,6 +35,13 @@ bool have_data(const std::string& path) {
     } else {
         MESSAGE("SKIPPED: test data missing: " << path);
     }
+    return false;
+}
+
+bool have_cuda() {
+    std::string why;
+    if (cuda_available(&why)) return true;
+    MESSAGE("SKIPPED: no CUDA device (" << why << ")");
     return false;
 }
 

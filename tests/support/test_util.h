@@ -13,6 +13,9 @@ std::string data_path(const std::string& relative);
 // True if `path` exists. Otherwise reports it: a skip message, or a test failure when
 // KVLM_REQUIRE_TEST_DATA=1 (as in CI). Use: if (!have_data(p)) return;
 bool have_data(const std::string& path);
+// True when the engine can use a CUDA device (cuda_available); otherwise prints "SKIPPED: no CUDA device
+// (why)". Use: if (!have_cuda()) return;
+bool have_cuda();
 
 struct CliResult {
     int exit_code = -1;
