@@ -51,8 +51,8 @@ static void add_engine_flags(CLI::App* app, EngineFlags& e, bool context_flags) 
         app->add_option("--kv-mem", e.kv_mem,
                         "KV-cache memory budget: a size (512MiB) or a share of free memory (90%); default: fits the context");
     app->add_option("--kv-dtype", e.kv_dtype,
-                    "KV-cache element type: auto, f32, f16 or bf16 (auto: a continued session's; f32 for an f32 "
-                    "model; on CUDA a 16-bit model's type; else f16)")
+                    "KV-cache element type: auto, f32, f16, bf16 or q8_0 (auto: a continued session's; f32 for an "
+                    "f32 model; on CUDA a 16-bit model's type; else f16)")
         ->capture_default_str();
     app->add_option("--device", e.device, "auto, cuda or cpu")->capture_default_str();
 }

@@ -4,13 +4,16 @@
 # type, interleaved A B A B, median of REPS. Then the next turn after that prompt as a saved history
 # (issue 17): llama-completion --prompt-cache (read-only after the first run) against kvlm run --session
 # (restored from a fresh copy of the store each time, and saved again), the history plus " Thanks.", 4
-# tokens, whole process; and each one's bytes on disk for the history. Uses the peer build and models of
-# bench/peer_llamacpp.sh (run that first). Not part of `make test` or CI.
-#   usage: bench/cold_prompt.sh     env: TYPES="f16 q4_1" REPS=3 THREADS=<cores> TOKENS=1709 PEER_CACHE KVLM
+# tokens, whole process; and each one's bytes on disk for the history, for each KV type of KV_TYPES in both
+# engines (llama.cpp: -ctk/-ctv, with flash attention on, which its quantized V cache needs). Uses the peer
+# build and models of bench/peer_llamacpp.sh (run that first). Not part of `make test` or CI.
+#   usage: bench/cold_prompt.sh     env: TYPES="f16 q4_1" KV_TYPES="f16 q8_0" REPS=3 THREADS=<cores> TOKENS=1709
+#                                        PEER_CACHE KVLM
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVLM=${KVLM:-./kvlm}
 TYPES=${TYPES:-"f16 q4_1"}
+KV_TYPES=${KV_TYPES:-"f16 q8_0"}
 REPS=${REPS:-3}
 THREADS=${THREADS:-$(nproc)}
 TOKENS=${TOKENS:-1709}
@@ -73,24 +76,27 @@ done
 echo
 echo "next turn after that history (\" Thanks.\", 4 tokens, greedy), whole process, median of $REPS interleaved"
 echo
-echo "| type | llama.cpp --prompt-cache s | kvlm --session s | speed kvlm / llama.cpp | llama.cpp cache bytes | kvlm store file bytes |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+echo "| type | KV | llama.cpp --prompt-cache s | kvlm --session s | speed kvlm / llama.cpp | llama.cpp cache bytes | kvlm store file bytes |"
+echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
 next="$work/next.txt"
 { cat "$prompt"; printf ' Thanks.'; } > "$next"
 for t in $TYPES; do
-    cache="$work/$t.cache" store="$work/$t.store"
-    "$BIN/llama-completion" -m "$WORK/smollm2-135m-$t.gguf" -f "$prompt" -n 1 --temp 0 -t "$THREADS" -c 4096 -no-cnv \
-        --prompt-cache "$cache" > /dev/null 2>&1
-    "$KVLM" run -m "$WORK/smollm2-135m-$t.kvlm" -n 1 --temp 0 -t "$THREADS" -c 4096 --session s \
-        --session-dir "$store" < "$prompt" > /dev/null 2>&1
-    peer=() ours=()
-    for _ in $(seq "$REPS"); do
-        peer+=("$(seconds "$BIN/llama-completion" -m "$WORK/smollm2-135m-$t.gguf" -f "$next" -n 4 --temp 0 \
-            -t "$THREADS" -c 4096 -no-cnv --prompt-cache "$cache" --prompt-cache-ro)")
-        rm -rf "$work/copy" && cp -a "$store" "$work/copy"
-        ours+=("$(seconds "$KVLM" run -m "$WORK/smollm2-135m-$t.kvlm" -p " Thanks." -n 4 --temp 0 -t "$THREADS" \
-            -c 4096 --session s --session-dir "$work/copy")")
+    for kv in $KV_TYPES; do
+        cache="$work/$t-$kv.cache" store="$work/$t-$kv.store"
+        peer_kv=(-ctk "$kv" -ctv "$kv" -fa on)
+        "$BIN/llama-completion" -m "$WORK/smollm2-135m-$t.gguf" -f "$prompt" -n 1 --temp 0 -t "$THREADS" -c 4096 \
+            -no-cnv "${peer_kv[@]}" --prompt-cache "$cache" > /dev/null 2>&1
+        "$KVLM" run -m "$WORK/smollm2-135m-$t.kvlm" -n 1 --temp 0 -t "$THREADS" -c 4096 --kv-dtype "$kv" \
+            --session s --session-dir "$store" < "$prompt" > /dev/null 2>&1
+        peer=() ours=()
+        for _ in $(seq "$REPS"); do
+            peer+=("$(seconds "$BIN/llama-completion" -m "$WORK/smollm2-135m-$t.gguf" -f "$next" -n 4 --temp 0 \
+                -t "$THREADS" -c 4096 -no-cnv "${peer_kv[@]}" --prompt-cache "$cache" --prompt-cache-ro)")
+            rm -rf "$work/copy" && cp -a "$store" "$work/copy"
+            ours+=("$(seconds "$KVLM" run -m "$WORK/smollm2-135m-$t.kvlm" -p " Thanks." -n 4 --temp 0 \
+                -t "$THREADS" -c 4096 --session s --session-dir "$work/copy")")
+        done
+        p=$(median "${peer[@]}") o=$(median "${ours[@]}")
+        echo "| $t | $kv | $p | $o | $(python3 -c "print(f'{$p / $o:.2f}')") | $(stat -c %s "$cache") | $(find "$store" -type f -printf "%s\n" | awk '{s += $1} END {print s}') |"
     done
-    p=$(median "${peer[@]}") o=$(median "${ours[@]}")
-    echo "| $t | $p | $o | $(python3 -c "print(f'{$p / $o:.2f}')") | $(stat -c %s "$cache") | $(find "$store" -type f -printf "%s\n" | awk '{s += $1} END {print s}') |"
 done

@@ -128,7 +128,8 @@ public:
         stream_ = std::make_unique<Stream>();
         cublas_ = std::make_unique<CublasHandle>();  // loads cuBLAS; throws naming the library when missing
         n_kv_blocks_ = kv_block_count(config_, options);
-        kv_pool_advice_ = kv_pool_advice(options);
+        check_kv_dtype(config_, options.kv_dtype);
+        kv_pool_advice_ = kv_pool_advice(config_, options);
         layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
 
         upload_weights(weights, show_progress);

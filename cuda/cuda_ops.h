@@ -93,8 +93,8 @@ void launch_prefill_attention(float* out,                  // [n, n_heads, head_
                               const int32_t* block_table,  // [>= positions[n - 1] / block_size + 1]
                               const int32_t* positions,    // [n], consecutive
                               int32_t n, int32_t n_heads, cudaStream_t stream);
-// True when launch_prefill_attention handles this layout: a 16-bit KV dtype (f16, bf16) and a head_dim
-// it supports (multiples of 16 up to kCudaMaxHeadDim).
+// True when launch_prefill_attention handles this layout: a KV dtype it stages as 16-bit (f16, bf16, q8_0
+// as f16) and a head_dim it supports (multiples of 16 up to kCudaMaxHeadDim).
 bool prefill_attention_supports(const KvLayout& layout);
 
 // rope_kv_write.cu: the step between the Q/K/V products and attention in one launch: RoPE on q and k in

@@ -6,7 +6,8 @@
 // group larger than kMaxGroupHeads is split into ceil(G / kMaxGroupHeads) chunks of equal size, each its own
 // block). The block walks its share of the keys in tiles of kAttnTile with an online softmax per head:
 //   - scores: groups of key_lanes lanes take one K row each; a lane loads units gl, gl + key_lanes, ... of
-//     the row (16-byte chunks when head_dim * sizeof(T) is a multiple of 16, else single elements), holds
+//     the row (16-byte chunks when head_dim * sizeof(T) is a multiple of 16, else, and always for a q8_0
+//     cache, single elements read through load_kv), holds
 //     the matching elements of every head's query in registers (queries staged as f32 in shared memory),
 //     and the group's partial dot products are summed with shuffles;
 //   - softmax: one warp per head, f32 max / sum / correction per head, probabilities in shared [heads][tile];
@@ -27,7 +28,7 @@
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
-#include "dtype_cuda.cuh"
+#include "kv_cache_cuda.cuh"
 
 namespace kvlm {
 
@@ -88,21 +89,22 @@ __device__ __forceinline__ float unpack_half(uint32_t word, int half, __nv_bfloa
 }
 
 // N units of one row held by one thread: units first, first + stride, ... as raw 16-byte chunks (Vec) or
-// f32 elements; units past the row's end read as zero (never loaded).
+// f32 elements (load_kv: any KV dtype, q8_0 included); units past the row's end read as zero (never loaded).
+// The row starts at element `row` of the pool kv.
 template <typename T, bool Vec, int N>
 struct RowFrag {
     static constexpr int kUnitElements = Vec ? 16 / int(sizeof(T)) : 1;
     static constexpr int kElements = N * kUnitElements;
     std::conditional_t<Vec, uint4, float> raw[N];
 
-    __device__ __forceinline__ void load(const T* row, int first, int stride, int units) {
+    __device__ __forceinline__ void load(const T* kv, int64_t row, int first, int stride, int units) {
 #pragma unroll
         for (int i = 0; i < N; i++) {
             const int u = first + i * stride;
             if constexpr (Vec)
-                raw[i] = u < units ? load_streaming16(reinterpret_cast<const uint4*>(row) + u) : make_uint4(0, 0, 0, 0);
+                raw[i] = u < units ? load_streaming16(reinterpret_cast<const uint4*>(kv + row) + u) : make_uint4(0, 0, 0, 0);
             else
-                raw[i] = u < units ? load_f32(row, u) : 0.0f;
+                raw[i] = u < units ? load_kv(kv, row + u) : 0.0f;
         }
     }
     __device__ __forceinline__ void zero() {
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
                 for (int b = 0; b < kLoadBatch; b++) {
                     const int jj = base + b * rows_per_step + first_row;
-                    if (jj < tile_n) k[b].load(kv + offset_s[jj], gl, key_lanes, units);
+                    if (jj < tile_n) k[b].load(kv, offset_s[jj], gl, key_lanes, units);
                     else k[b].zero();
                 }
 #pragma unroll
@@ -311,7 +313,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
                 for (int b = 0; b < kLoadBatch; b++) {
                     const int jj = base + b * key_groups;
-                    if (jj < tile_n) v[b].load(kv + offset_s[jj] + v_delta, vu, kAttnThreads, units);
+                    if (jj < tile_n) v[b].load(kv, offset_s[jj] + v_delta, vu, kAttnThreads, units);
                     else v[b].zero();
                 }
 #pragma unroll
@@ -411,17 +413,22 @@ void launch_attention_kernel(float* out, float* partials, const float* q, const 
                              int32_t n_heads, int32_t n_splits, int32_t keys_per_split, float scale,
                              cudaStream_t stream) {
     // 16-byte loads when every K/V row starts 16-byte aligned: rows start at multiples of head_dim elements.
-    const bool vec = (int64_t(layout.head_dim) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(kv) % 16 == 0;
+    // q8_0 rows (34-byte blocks, 2-byte aligned) are read element by element.
+    const bool vec = !kIsQ8Kv<T> && (int64_t(layout.head_dim) * sizeof(T)) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(kv) % 16 == 0;
     const AttnGeometry geo =
         attention_geometry(layout.head_dim, n_heads, layout.n_kv_heads, vec ? 16 / int(sizeof(T)) : 1);
     // grid.y = n_kv_heads * head_chunks <= n_heads <= 65535.
     const dim3 grid(unsigned(n_splits), unsigned(layout.n_kv_heads * geo.head_chunks), unsigned(n));
-    if (vec)
-        paged_attention_kernel<T, true><<<grid, kAttnThreads, 0, stream>>>(
-            out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
-    else
-        paged_attention_kernel<T, false><<<grid, kAttnThreads, 0, stream>>>(
-            out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
+    if constexpr (!kIsQ8Kv<T>) {
+        if (vec) {
+            paged_attention_kernel<T, true><<<grid, kAttnThreads, 0, stream>>>(
+                out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
+            return;
+        }
+    }
+    paged_attention_kernel<T, false><<<grid, kAttnThreads, 0, stream>>>(
+        out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
 }
 
 // Launches the attention kernel on an (n_splits, n_kv_heads * head_chunks, n) grid, then the combine kernel
@@ -432,7 +439,7 @@ void launch_attention(float* out, const float* q, const void* kv, const KvLayout
                       int32_t n_splits, int32_t keys_per_split, const AttentionScratch& scratch,
                       cudaStream_t stream) {
     const float scale = 1.0f / std::sqrt(float(layout.head_dim));
-    KVLM_DISPATCH_DTYPE(layout.dtype, T,
+    KVLM_DISPATCH_KV_DTYPE(layout.dtype, T,
                         launch_attention_kernel<T>(out, scratch.partials, q, static_cast<const T*>(kv), layout,
                                                    layer, block_table, positions, n, n_heads, n_splits,
                                                    keys_per_split, scale, stream));

@@ -3,6 +3,7 @@
 // tiles of K_TILE, each key's K/V row read once per query tile through the block table. Warp w owns query
 // rows 16w..16w+15 for the whole block: S = Q K^T (WMMA, 16-bit inputs, f32 accumulation) -> online softmax
 // in f32 -> P (16-bit) -> O += P V, with O kept in shared memory as f32 so plain threads can rescale its rows.
+// A q8_0 cache is dequantized to f16 (d * q rounded to nearest even) as its rows are staged in shared memory.
 // Invariant: only the two barriers per key tile separate the block-shared K/V/offset buffers' writers and
 // readers; everything else a warp touches (its rows of S, P, O) is its own, ordered by __syncwarp.
 #include <mma.h>
@@ -13,10 +14,11 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
-#include "dtype_cuda.cuh"
+#include "kv_cache_cuda.cuh"
 
 namespace kvlm {
 
@@ -90,15 +92,33 @@ KVLM_BF16_SHARED_LOAD(matrix_b, row_major, "wmma.load.b.sync.aligned.row.m16n16k
 #undef KVLM_BF16_SHARED_LOAD
 #endif
 
+// Elements e .. e + 7 of a KV cache (e a multiple of 8) as eight T in one 16-byte word: the bytes of a
+// 16-bit cache, or q8_0 elements (all in one block) converted to T.
+template <typename T, typename KV>
+__device__ __forceinline__ uint4 load8_as(const KV* kv, int64_t e) {
+    if constexpr (kIsQ8Kv<KV>) {
+        static_assert(std::is_same_v<T, __half>, "a q8_0 cache is staged as f16");
+        uint32_t w[4];  // built from the bits (no type punning through memory)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            w[i] = uint32_t(__half_as_ushort(__float2half_rn(load_kv(kv, e + 2 * i)))) |
+                   uint32_t(__half_as_ushort(__float2half_rn(load_kv(kv, e + 2 * i + 1)))) << 16;
+        return make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+        static_assert(sizeof(KV) == 2, "a 16-bit cache is staged as it is");
+        return *reinterpret_cast<const uint4*>(kv + e);
+    }
+}
+
 }  // namespace
 
 // Grid (n_heads, ceil(n / Q_TILE)); Q_TILE / 16 warps. Query tiles run in reverse order so the ones with the
 // most keys start first. positions[t] = positions[0] + t (a prefill batch).
-template <typename T, int Q_TILE, int K_TILE>
+template <typename T, typename KV, int Q_TILE, int K_TILE>
 __global__ void __launch_bounds__(Q_TILE / 16 * 32)
     prefill_attention_kernel(float* out,      // [n, n_heads, head_dim]
                              const float* q,  // [n, n_heads, head_dim]
-                             const T* kv,     // [n_blocks] block records, 16-byte aligned
+                             const KV* kv,    // [n_blocks] block records, 16-byte aligned (KV: T, or KvQ8)
                              KvLayout layout, int32_t layer,
                              const int32_t* block_table,  // [>= positions[n - 1] / block_size + 1]
                              const int32_t* positions,    // [n], consecutive
@@ -172,8 +192,8 @@ __global__ void __launch_bounds__(Q_TILE / 16 * 32)
             const int64_t off = offsets[key];
             uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0);
             if (off >= 0) {
-                kx = *reinterpret_cast<const uint4*>(kv + off + c);
-                vx = *reinterpret_cast<const uint4*>(kv + off + v_delta + c);
+                kx = load8_as<T>(kv, off + c);
+                vx = load8_as<T>(kv, off + v_delta + c);
             }
             *reinterpret_cast<uint4*>(k_s + key * L.ld_h + c) = kx;
             *reinterpret_cast<uint4*>(v_s + key * L.ld_h + c) = vx;
@@ -291,13 +311,13 @@ int32_t smem_optin_limit(int device) {
     return bytes;
 }
 
-template <typename T, int Q_TILE, int K_TILE>
+template <typename T, typename KV, int Q_TILE, int K_TILE>
 void launch_prefill_typed(float* out, const float* q, const void* kv, const KvLayout& layout, int32_t layer,
                           const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads, int device,
                           int32_t smem_bytes, cudaStream_t stream) {
     const int32_t n_tiles = (n + Q_TILE - 1) / Q_TILE;
     if (n_tiles > 65535) cuda_throw("launch_prefill_attention: more than 65535 query tiles in a batch");
-    auto kernel = prefill_attention_kernel<T, Q_TILE, K_TILE>;
+    auto kernel = prefill_attention_kernel<T, KV, Q_TILE, K_TILE>;
     // Above the 48 KB default a kernel must opt in to its dynamic shared memory, per instantiation and
     // device; raised only when a launch needs more than already granted (a host-side call, no sync).
     static std::mutex mutex;
@@ -312,7 +332,7 @@ void launch_prefill_typed(float* out, const float* q, const void* kv, const KvLa
     const float scale_log2 = kLog2e / std::sqrt(float(layout.head_dim));
     const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tiles));
     const dim3 block(Q_TILE / 16 * 32);
-    kernel<<<grid, block, smem_bytes, stream>>>(out, q, static_cast<const T*>(kv), layout, layer, block_table,
+    kernel<<<grid, block, smem_bytes, stream>>>(out, q, static_cast<const KV*>(kv), layout, layer, block_table,
                                                 positions, n, n_heads, scale_log2);
     CUDA_CHECK_LAUNCH();
 }
@@ -322,11 +342,15 @@ void launch_prefill_tiles(float* out, const float* q, const void* kv, const KvLa
                           const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads, int device,
                           int32_t smem_bytes, cudaStream_t stream) {
     if (layout.dtype == DType::f16)
-        launch_prefill_typed<__half, Q_TILE, K_TILE>(out, q, kv, layout, layer, block_table, positions, n, n_heads,
-                                                     device, smem_bytes, stream);
+        launch_prefill_typed<__half, __half, Q_TILE, K_TILE>(out, q, kv, layout, layer, block_table, positions, n,
+                                                             n_heads, device, smem_bytes, stream);
+    else if (layout.dtype == DType::q8_0)
+        launch_prefill_typed<__half, KvQ8, Q_TILE, K_TILE>(out, q, kv, layout, layer, block_table, positions, n,
+                                                           n_heads, device, smem_bytes, stream);
     else
-        launch_prefill_typed<__nv_bfloat16, Q_TILE, K_TILE>(out, q, kv, layout, layer, block_table, positions, n,
-                                                            n_heads, device, smem_bytes, stream);
+        launch_prefill_typed<__nv_bfloat16, __nv_bfloat16, Q_TILE, K_TILE>(out, q, kv, layout, layer, block_table,
+                                                                           positions, n, n_heads, device, smem_bytes,
+                                                                           stream);
 }
 
 // Query and key tile shapes, largest first; the first whose shared memory fits the device is used (on an
@@ -342,7 +366,8 @@ constexpr PrefillTiles kPrefillTiles[] = {{64, 64, launch_prefill_tiles<64, 64>}
 }  // namespace
 
 bool prefill_attention_supports(const KvLayout& layout) {
-    return (layout.dtype == DType::f16 || layout.dtype == DType::bf16) && layout.head_dim > 0 &&
+    const bool q8_0 = layout.dtype == DType::q8_0 && layout.head_dim % 32 == 0;
+    return (layout.dtype == DType::f16 || layout.dtype == DType::bf16 || q8_0) && layout.head_dim > 0 &&
            layout.head_dim % 16 == 0 && layout.head_dim <= kCudaMaxHeadDim;
 }
 
@@ -351,7 +376,8 @@ void launch_prefill_attention(float* out, const float* q, const void* kv, const 
                               cudaStream_t stream) {
     auto fail = [](const char* what) { cuda_throw((std::string("launch_prefill_attention: ") + what).c_str()); };
     if (!prefill_attention_supports(layout))
-        fail("needs an f16 or bf16 KV cache and head_dim a multiple of 16 up to kCudaMaxHeadDim (256)");
+        fail("needs an f16, bf16 or q8_0 KV cache and head_dim a multiple of 16 (32 for q8_0) up to "
+             "kCudaMaxHeadDim (256)");
     if (n < 1) fail("n must be at least 1");
     if (n_heads < 1 || layout.n_kv_heads < 1 || n_heads % layout.n_kv_heads != 0)
         fail("n_heads is not a positive multiple of n_kv_heads");

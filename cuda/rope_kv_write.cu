@@ -3,10 +3,12 @@
 // thread rotates one (i, i + half) pair of a q or k row and writes the result back in place and, for k,
 // straight from its registers into the pool, so no thread reads a value another thread writes and the
 // kernel needs no barrier. Arithmetic is rope_kernel's (rope.cu) and the stores are kv_write_kernel's
-// (kv_write.cu), so the results equal launch_rope(q), launch_rope(k), launch_kv_write bit for bit.
+// (kv_write.cu), so the results equal launch_rope(q), launch_rope(k), launch_kv_write bit for bit. A q8_0
+// cache is the exception: a block's scale needs its 32 rotated values, so a k head's threads meet at one
+// barrier (the condition is uniform over the thread block) and then quantize one block each.
 #include "cuda_check.h"
 #include "cuda_ops.h"
-#include "dtype_cuda.cuh"
+#include "kv_cache_cuda.cuh"
 
 namespace kvlm {
 
@@ -44,7 +46,12 @@ __global__ void __launch_bounds__(kRopeKvThreads)
         const int32_t kv_head = y - n_heads - n_kv_heads;
         const int64_t offset = pool_row(layout, layer, 1, block_table, pos) + int64_t(kv_head) * head_dim;
         const float* vh = v + (int64_t(t) * n_kv_heads + kv_head) * head_dim;
-        for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) store_f32(kv + offset, d, vh[d]);
+        if constexpr (kIsQ8Kv<T>) {
+            for (int32_t b = threadIdx.x; b < head_dim / 32; b += blockDim.x)
+                store_q8_0_block(kv_at(kv, offset + 32 * b), vh + 32 * b);
+        } else {
+            for (int32_t d = threadIdx.x; d < head_dim; d += blockDim.x) store_f32(kv + offset, d, vh[d]);
+        }
         return;
     }
     const bool is_k = y >= n_heads;
@@ -64,9 +71,18 @@ __global__ void __launch_bounds__(kRopeKvThreads)
         float r1 = x0 * sin_a + x1 * cos_a;
         xh[i] = r0;
         xh[i + half] = r1;
-        if (is_k) {
-            store_f32(kv + offset, i, r0);
-            store_f32(kv + offset, i + half, r1);
+        if constexpr (!kIsQ8Kv<T>) {
+            if (is_k) {
+                store_f32(kv + offset, i, r0);
+                store_f32(kv + offset, i + half, r1);
+            }
+        }
+    }
+    if constexpr (kIsQ8Kv<T>) {
+        if (is_k) {  // uniform over the thread block
+            __syncthreads();  // the head's rotated values in xh are visible to every thread
+            for (int32_t b = threadIdx.x; b < head_dim / 32; b += blockDim.x)
+                store_q8_0_block(kv_at(kv, offset + 32 * b), xh + 32 * b);
         }
     }
 }
@@ -79,7 +95,7 @@ void launch_rope_kv_write(float* q, float* k, const float* v, void* kv, const Kv
     if (n_heads < 1 || layout.n_kv_heads < 1 || int64_t(n_heads) + 2 * int64_t(layout.n_kv_heads) > 65535)
         cuda_throw("launch_rope_kv_write: n_heads + 2 * n_kv_heads outside 3..65535");
     const dim3 grid(unsigned(n), unsigned(n_heads + 2 * layout.n_kv_heads));
-    KVLM_DISPATCH_DTYPE(layout.dtype, T,
+    KVLM_DISPATCH_KV_DTYPE(layout.dtype, T,
                         rope_kv_write_kernel<T><<<grid, kRopeKvThreads, 0, stream>>>(
                             q, k, v, static_cast<T*>(kv), layout, layer, block_table, positions, inv_freq,
                             n_heads));

@@ -53,7 +53,7 @@ struct EngineFlags {
     int32_t block_size = 16;     // a continued session's unless block_size_given (to_engine_options)
     bool block_size_given = false;  // --block-size on the command line
     std::string kv_mem;          // KV pool budget ("512MiB" or "90%"); empty: sized from the context
-    std::string kv_dtype = "auto";  // KV-cache element type: auto, f32, f16 or bf16 (EngineOptions::kv_dtype_auto)
+    std::string kv_dtype = "auto";  // KV-cache element type: auto, f32, f16, bf16 or q8_0 (EngineOptions::kv_dtype_auto)
     std::string device = "auto";   // auto | cuda | cpu
 };
 

@@ -60,6 +60,9 @@ void check_kv_block(const char* backend, int32_t block, int32_t n_kv_blocks, con
 void check_forward_args(const char* backend, const ModelConfig& config, int32_t block_size, int32_t n_kv_blocks,
                         const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table);
 
+// A KV-cache type the model's shape allows (throws Error naming the problem): q8_0 needs head_dim a multiple
+// of 32, so that each head's row is whole blocks.
+void check_kv_dtype(const ModelConfig& config, DType kv_dtype);
 // Physical KV blocks a backend allocates: options.n_kv_blocks, or enough for the model's context when 0.
 int32_t kv_block_count(const ModelConfig& config, const BackendOptions& options);
 // With options.kv_mem_fraction > 0: the larger of `minimum` and the blocks of `block_bytes` that fill that
@@ -67,8 +70,9 @@ int32_t kv_block_count(const ModelConfig& config, const BackendOptions& options)
 int32_t kv_blocks_for_free_memory(int32_t minimum, const BackendOptions& options, uint64_t free_bytes,
                                   size_t block_bytes);
 // What a user changes when the KV pool does not fit: --kv-mem only when it set the size (a share of free
-// memory never goes below what the context needs), the context always, a 16-bit cache when it is f32.
-std::string kv_pool_advice(const BackendOptions& options);
+// memory never goes below what the context needs), the context always, a 16-bit cache when it is f32, a q8_0
+// one when it is 16-bit and head_dim allows it.
+std::string kv_pool_advice(const ModelConfig& config, const BackendOptions& options);
 // MemAvailable from /proc/meminfo in bytes (0 when unreadable).
 uint64_t host_available_memory();
 

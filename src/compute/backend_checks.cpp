@@ -29,6 +29,14 @@ void check_forward_args(const char* backend, const ModelConfig& config, int32_t 
                         config.n_vocab);
 }
 
+void check_kv_dtype(const ModelConfig& config, DType kv_dtype) {
+    if (!kv_dtype_is_supported(kv_dtype))
+        throw_error("a KV cache cannot be {} (f32, f16, bf16 or q8_0)", dtype_name(kv_dtype));
+    if (kv_dtype == DType::q8_0 && config.head_dim % kQuantBlock != 0)
+        throw_error("--kv-dtype q8_0 needs head_dim a multiple of 32 (32-element blocks per head); this model's "
+                    "head_dim is {}: use --kv-dtype f16", config.head_dim);
+}
+
 int32_t kv_block_count(const ModelConfig& config, const BackendOptions& options) {
     return options.n_kv_blocks > 0 ? options.n_kv_blocks : (config.n_ctx + options.block_size - 1) / options.block_size;
 }
@@ -41,9 +49,10 @@ int32_t kv_blocks_for_free_memory(int32_t minimum, const BackendOptions& options
     return std::max(minimum, int32_t(blocks));
 }
 
-std::string kv_pool_advice(const BackendOptions& options) {
+std::string kv_pool_advice(const ModelConfig& config, const BackendOptions& options) {
     std::string advice = options.kv_blocks_from_mem_size ? "lower --kv-mem or --ctx-size (-c)" : "lower --ctx-size (-c)";
-    if (options.kv_dtype == DType::f32) advice += ", or halve it with --kv-dtype bf16";
+    if (options.kv_dtype == DType::f32) advice += ", or halve it with --kv-dtype f16";
+    else if (options.kv_dtype != DType::q8_0 && config.head_dim % kQuantBlock == 0) advice += ", or halve it with --kv-dtype q8_0";
     return advice;
 }
 

@@ -25,6 +25,7 @@ public:
         config_.validate("cpu backend");
         check_model_weights(config_, weights_, "cpu backend");
         if (options.block_size < 1) throw_error("cpu backend: block size {} must be at least 1", options.block_size);
+        check_kv_dtype(config_, options.kv_dtype);
         layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
         n_kv_blocks_ = kv_blocks_for_free_memory(kv_block_count(config_, options), options, host_available_memory(),
                                                  layout_.block_bytes());
@@ -33,7 +34,7 @@ public:
         if (!kv_memory_.allocate(total))
             throw_error("cpu backend: the KV pool of {} blocks ({}, {} tokens per block, {}) does not fit in memory; {}",
                         n_kv_blocks_, byte_size_text(total), layout_.block_size, dtype_name(layout_.dtype),
-                        kv_pool_advice(options));
+                        kv_pool_advice(config_, options));
         kv_ = kv_memory_.data();
 
         inv_freq_.resize(size_t(config_.head_dim / 2));

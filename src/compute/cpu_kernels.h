@@ -62,7 +62,9 @@ struct AttentionQueries {
 };
 // Keys of one attend_block call: kAttentionChunk positions key0 .. key0 + n_keys - 1 (key0 a multiple of
 // kAttentionChunk, whatever the KV block size, so that results do not depend on it); key j's row at k[j]
-// and its value row at v[j] (dtype f32, f16 or bf16). Every query's last is >= key0.
+// and its value row at v[j] (dtype f32, f16, bf16, or q8_0 whose elements are read as the exact f32
+// products d * q). Every query's last is >= key0. widened: scratch for 2 * kAttentionChunk * head_dim
+// floats where dtype is q8_0 (a path may widen the chunk's rows there once for all its queries).
 constexpr int32_t kAttentionChunk = 32;
 struct AttentionKeys {
     const void* const* k;
@@ -70,6 +72,7 @@ struct AttentionKeys {
     DType dtype;
     int32_t key0;
     int32_t n_keys;
+    float* widened = nullptr;
 };
 
 // Bytes of scratch matmul_q needs for n_rows rows of n_in weights: per row and block, 32 16-bit weights, a

@@ -90,13 +90,12 @@ void rope_cpu(float* x, const int32_t* positions, const float* inv_freq, int32_t
 void kv_write_cpu(void* kv, const KvLayout& layout, int32_t layer, const float* k, const float* v,
                   const int32_t* block_table, const int32_t* positions, int32_t n) {
     int64_t row = layout.row_elements();
-    size_t element_size = dtype_size(layout.dtype);
     for (int32_t t = 0; t < n; t++) {
         int32_t pos = positions[t];
         int32_t block = block_table[pos / layout.block_size], slot = pos % layout.block_size;
         for (int32_t kind = 0; kind < 2; kind++) {
             const float* src = (kind == 0 ? k : v) + int64_t(t) * row;
-            char* dst = static_cast<char*>(kv) + size_t(layout.row_offset(block, layer, kind, slot)) * element_size;
+            char* dst = static_cast<char*>(kv) + layout.bytes_of(layout.row_offset(block, layer, kind, slot));
             convert_from_f32(layout.dtype, src, dst, size_t(row));
         }
     }
@@ -107,7 +106,6 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
                          ThreadPool* pool) {
     if (n <= 0) return;
     const int32_t head_dim = layout.head_dim, group = n_heads / layout.n_kv_heads;
-    const size_t element_size = dtype_size(layout.dtype);
     const CpuKernels& kernels = cpu_kernels();  // looked up once, not per chunk
     // A task is one head over a tile of consecutive queries: each chunk of keys is read once for the whole
     // tile (and stays in L1 while its queries use it). Every query's result is the same bits whatever the
@@ -121,7 +119,8 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
         // Per thread; grows once (decode does not allocate).
         thread_local std::vector<float> state;
         thread_local std::vector<int32_t> last, order;
-        const size_t n_state = size_t(n_q) * size_t(2 * head_dim + 2) + size_t(kAttentionChunk);
+        const size_t n_widened = layout.dtype == DType::q8_0 ? size_t(2 * kAttentionChunk) * size_t(head_dim) : 0;
+        const size_t n_state = size_t(n_q) * size_t(2 * head_dim + 2) + size_t(kAttentionChunk) + n_widened;
         if (state.size() < n_state) state.resize(n_state);
         last.resize(size_t(n_q));
         // The tile's queries in increasing position (a forward pass gives them so; tests may not), so that
@@ -134,6 +133,7 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
         float* m = o + size_t(n_q) * size_t(head_dim);
         float* l = m + n_q;
         float* scores = l + n_q;
+        float* widened = n_widened ? scores + kAttentionChunk : nullptr;
         for (int32_t i = 0; i < n_q; i++) {
             const float* qh = q + (int64_t(order[size_t(i)]) * n_heads + h) * head_dim;
             std::copy(qh, qh + head_dim, queries + int64_t(i) * head_dim);
@@ -154,8 +154,8 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
                 const int32_t pos = key0 + j, block = block_table[pos / layout.block_size], slot = pos % layout.block_size;
                 const int64_t k_offset = layout.row_offset(block, layer, 0, slot) + int64_t(kv_head) * head_dim;
                 const int64_t v_offset = layout.row_offset(block, layer, 1, slot) + int64_t(kv_head) * head_dim;
-                k_rows[j] = static_cast<const char*>(kv) + size_t(k_offset) * element_size;
-                v_rows[j] = static_cast<const char*>(kv) + size_t(v_offset) * element_size;
+                k_rows[j] = static_cast<const char*>(kv) + layout.bytes_of(k_offset);
+                v_rows[j] = static_cast<const char*>(kv) + layout.bytes_of(v_offset);
             }
             const AttentionQueries tile_queries{queries + int64_t(first) * head_dim,
                                                 last.data() + first,
@@ -166,7 +166,7 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
                                                 n_q - first,
                                                 head_dim,
                                                 scale};
-            kernels.attend_block(tile_queries, AttentionKeys{k_rows, v_rows, layout.dtype, key0, n_keys});
+            kernels.attend_block(tile_queries, AttentionKeys{k_rows, v_rows, layout.dtype, key0, n_keys, widened});
         }
         for (int32_t i = 0; i < n_q; i++) {
             float* oh = out + (int64_t(order[size_t(i)]) * n_heads + h) * head_dim;

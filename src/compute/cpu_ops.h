@@ -14,6 +14,8 @@ class ThreadPool;
 
 // Where token slot `slot` of layer `layer`'s K (kind 0) or V (kind 1) lives inside the KV storage:
 // block records [n_blocks][n_layers][2][block_size][n_kv_heads][head_dim] of `dtype` (see backend.h).
+// Offsets count elements; bytes_of turns them into bytes. A q8_0 cache keeps whole 32-element blocks, so
+// head_dim is a multiple of 32 there (check_kv_dtype) and every head's row starts on a block.
 struct KvLayout {
     int32_t n_layers = 0;
     int32_t block_size = 0;
@@ -26,7 +28,10 @@ struct KvLayout {
     }
     int64_t row_elements() const { return int64_t(n_kv_heads) * head_dim; }  // one token, one layer, K or V
     int64_t block_elements() const { return int64_t(n_layers) * 2 * block_size * row_elements(); }
-    size_t block_bytes() const { return size_t(block_elements()) * dtype_size(dtype); }
+    size_t block_bytes() const { return size_t(bytes_of(block_elements())); }
+    int64_t bytes_of(int64_t elements) const {  // elements: a multiple of 32 for q8_0
+        return dtype == DType::q8_0 ? elements / 32 * 34 : elements * (dtype == DType::f32 ? 4 : 2);
+    }
     int64_t row_offset(int32_t block, int32_t layer, int32_t kind, int32_t slot) const {  // in elements
         return int64_t(block) * block_elements() + ((int64_t(layer) * 2 + kind) * block_size + slot) * row_elements();
     }

@@ -12,6 +12,12 @@ namespace {
 
 float load_element(const void* p, DType dtype, int64_t i) {
     if (dtype == DType::f32) return static_cast<const float*>(p)[i];
+    if (dtype == DType::q8_0) {  // a KV-cache row: d * q, exact in f32
+        const char* block = static_cast<const char*>(p) + (i / 32) * 34;
+        uint16_t d;
+        std::memcpy(&d, block, 2);
+        return f16_to_f32(d) * float(int8_t(block[2 + i % 32]));
+    }
     uint16_t h;
     std::memcpy(&h, static_cast<const char*>(p) + 2 * i, 2);
     return dtype == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h);

@@ -53,8 +53,8 @@ static DType auto_kv_dtype(const ModelFile& model, bool cuda, std::string* why) 
 void parse_kv_dtype(const std::string& name, EngineOptions* options) {
     options->kv_dtype_auto = name == "auto";
     if (options->kv_dtype_auto) return;
-    if (!dtype_from_name(name, &options->kv_dtype) || dtype_is_quantized(options->kv_dtype))
-        throw_error("--kv-dtype: '{}' is not a KV-cache type (expected auto, f32, f16 or bf16)", name);
+    if (!dtype_from_name(name, &options->kv_dtype) || !kv_dtype_is_supported(options->kv_dtype))
+        throw_error("--kv-dtype: '{}' is not a KV-cache type (expected auto, f32, f16, bf16 or q8_0)", name);
 }
 
 void parse_kv_mem(const std::string& text, EngineOptions* options) {

@@ -31,6 +31,10 @@ uint64_t dtype_bytes(DType dtype, uint64_t n) {
     return n / block * dtype_block_bytes(dtype);
 }
 
+bool kv_dtype_is_supported(DType dtype) {
+    return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::q8_0;
+}
+
 size_t dtype_size(DType dtype) {
     KVLM_ASSERT(!dtype_is_quantized(dtype), "dtype_size of a block-quantized type");
     return dtype_block_bytes(dtype);

@@ -27,6 +27,8 @@ size_t dtype_size(DType dtype);              // bytes per element of f32/f16/bf1
 const char* dtype_name(DType dtype);         // "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"
 bool dtype_from_name(const std::string& name, DType* out);  // false if unknown
 bool dtype_is_known(uint32_t raw);           // for validating file contents
+// The element types a KV cache may have: f32, f16, bf16 and q8_0 (per-head rows of whole 32-element blocks).
+bool kv_dtype_is_supported(DType dtype);
 
 inline float bf16_to_f32(uint16_t h) {
     uint32_t bits = uint32_t(h) << 16;

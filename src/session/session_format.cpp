@@ -144,7 +144,7 @@ SessionManifest decode_manifest(const uint8_t* data, size_t size, const std::str
     id.model_fingerprint = r.read_string("model fingerprint", 256);
     if (m.format_version >= 2) id.model_description = r.read_string("model description", 4096);
     uint32_t dtype = r.read_u32("KV dtype");
-    if (!dtype_is_known(dtype) || dtype_is_quantized(DType(dtype))) r.fail(fmt::format("unknown KV dtype {}", dtype));
+    if (!dtype_is_known(dtype) || !kv_dtype_is_supported(DType(dtype))) r.fail(fmt::format("unknown KV dtype {}", dtype));
     id.kv_dtype = DType(dtype);
     id.n_layers = r.read_i32("n_layers");
     id.n_kv_heads = r.read_i32("n_kv_heads");
@@ -176,6 +176,8 @@ SessionManifest decode_manifest(const uint8_t* data, size_t size, const std::str
     if (id.n_layers < 1 || id.n_kv_heads < 1 || id.head_dim < 1)
         throw_error("{}: invalid KV layout ({} layers, {} KV heads, head_dim {})", source, id.n_layers, id.n_kv_heads,
                     id.head_dim);
+    if (id.kv_dtype == DType::q8_0 && id.head_dim % kQuantBlock != 0)
+        throw_error("{}: a q8_0 KV cache with head_dim {} (not a multiple of 32)", source, id.head_dim);
     if (m.tokens.size() > kMaxTokens) throw_error("{}: transcript of {} tokens is implausibly long", source, m.tokens.size());
     if (m.n_kv_tokens < 0 || size_t(m.n_kv_tokens) > m.tokens.size())
         throw_error("{}: {} tokens in KV, but the transcript has {}", source, m.n_kv_tokens, m.tokens.size());

@@ -422,9 +422,10 @@ VerifyReport SessionStore::verify(const std::string& name) const {
             continue;
         }
         BlockHash ns = kv_namespace_hash(m.identity.model_fingerprint, m.identity.kv_dtype, m.identity.block_size);
-        size_t payload_size = size_t(m.identity.n_layers) * 2 * size_t(m.identity.block_size) *
-                              size_t(m.identity.n_kv_heads) * size_t(m.identity.head_dim) *
-                              dtype_size(m.identity.kv_dtype);
+        size_t payload_size = size_t(dtype_bytes(m.identity.kv_dtype, uint64_t(m.identity.n_layers) * 2 *
+                                                                   uint64_t(m.identity.block_size) *
+                                                                   uint64_t(m.identity.n_kv_heads) *
+                                                                   uint64_t(m.identity.head_dim)));
         BlockHash parent = ns;
         size_t n_missing = 0, first_missing = 0;
         for (size_t i = 0; i < m.blocks.size(); i++) {

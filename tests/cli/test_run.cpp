@@ -204,7 +204,17 @@ TEST_CASE("run: --kv-dtype f16/bf16 keeps the greedy text close to f32's; unknow
     CliResult bad = run("q8");
     CHECK(bad.exit_code != 0);
     CHECK(bad.out.empty());
-    CHECK(bad.err.find("--kv-dtype: 'q8' is not a KV-cache type (expected auto, f32, f16 or bf16)") != std::string::npos);
+    CHECK(bad.err.find("--kv-dtype: 'q8' is not a KV-cache type (expected auto, f32, f16, bf16 or q8_0)") != std::string::npos);
+    CliResult q4 = run("q4_0");  // a weight type, not a cache type
+    CHECK(q4.exit_code != 0);
+    CHECK(q4.err.find("--kv-dtype: 'q4_0' is not a KV-cache type") != std::string::npos);
+    // stories260K's head_dim 8 holds no whole 32-element block.
+    CliResult q8_0 = run("q8_0");
+    CHECK(q8_0.exit_code != 0);
+    CHECK(q8_0.out.empty());
+    CHECK_MESSAGE(q8_0.err.find("--kv-dtype q8_0 needs head_dim a multiple of 32 (32-element blocks per head); this "
+                                "model's head_dim is 8: use --kv-dtype f16") != std::string::npos,
+                  q8_0.err);
 }
 
 TEST_CASE("run: --kv-mem N% sizes the pool from free memory, never below the context") {

@@ -280,6 +280,55 @@ TEST_CASE("session cli: --kv-dtype auto on the CPU is f16 for 16-bit and quantiz
           std::string::npos);
 }
 
+namespace {
+// Bytes of the block files in a session store, and how many there are.
+std::pair<uint64_t, int> block_files(const std::string& dir) {
+    uint64_t bytes = 0;
+    int n = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/blocks"))
+        if (e.is_regular_file()) bytes += e.file_size(), n++;
+    return {bytes, n};
+}
+}  // namespace
+
+TEST_CASE("session cli: a q8_0 KV cache is saved at about half an f16 one's size and continues in q8_0") {
+    const std::string gguf = "models/cache/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (!have_data(gguf)) return;
+    const std::string model = converted_model("smollm2-q4_1", {gguf});
+    const std::string history = "The old lighthouse keeper climbed the stairs every evening to light the lamp. "
+                                "Ships passed safely through the narrow strait because of him.";
+    TempDir q8, f16, recomputed;
+    CliResult first = run_turn(q8.path(), "s", history, {"--kv-dtype", "q8_0"}, model);
+    REQUIRE_MESSAGE(first.exit_code == 0, first.err);
+    REQUIRE(run_turn(f16.path(), "s", history, {"--kv-dtype", "f16"}, model).exit_code == 0);
+    const auto [q8_bytes, q8_files] = block_files(q8.path());
+    const auto [f16_bytes, f16_files] = block_files(f16.path());
+    CHECK(q8_files == f16_files);
+    CHECK(q8_files >= 2);
+    // 34 bytes per 32 elements against 64: 0.53 of the payload, plus the same small header per file.
+    MESSAGE("block files: q8_0 " << q8_bytes << " bytes, f16 " << f16_bytes);
+    CHECK(double(q8_bytes) / double(f16_bytes) > 0.52);
+    CHECK(double(q8_bytes) / double(f16_bytes) < 0.54);
+    CHECK(run_kvlm({"session", "show", "s", "--session-dir", q8.path()}).out.find("KV:        q8_0") !=
+          std::string::npos);
+
+    // The next turn needs no flag: the session's type is kept and said, and the history comes from disk.
+    CliResult next = run_turn(q8.path(), "s", " One night the lamp", {"-v"}, model);
+    REQUIRE_MESSAGE(next.exit_code == 0, next.err);
+    CHECK_MESSAGE(next.err.find("KV cache q8_0 (auto: session 's' was saved with it)") != std::string::npos, next.err);
+    CHECK(count(next.err, "restored from disk") > 0);
+    // Restored q8_0 blocks are the bits recomputing them gives: the same text and logits as a turn whose
+    // stored blocks are gone (and are prefilled again).
+    REQUIRE(run_turn(recomputed.path(), "s", history, {"--kv-dtype", "q8_0"}, model).exit_code == 0);
+    std::filesystem::remove_all(recomputed.path() + "/blocks");
+    CliResult again = run_turn(recomputed.path(), "s", " One night the lamp", {"-v"}, model);
+    REQUIRE_MESSAGE(again.exit_code == 0, again.err);
+    CHECK(count(again.err, "restored from disk") == 0);
+    CHECK(again.out == next.out);
+    CHECK(logits_hash(again.err) == logits_hash(next.err));
+    CHECK(!logits_hash(next.err).empty());
+}
+
 TEST_CASE("session cli: without --block-size a session continues in the block size it was saved with") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     TempDir dir, fresh;

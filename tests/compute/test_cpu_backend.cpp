@@ -357,15 +357,22 @@ TEST_CASE("cpu_backend: bad forward arguments throw Error") {
 }
 
 TEST_CASE("backend: a KV pool that does not fit names the options that shrink it") {
+    ModelConfig config;
+    config.head_dim = 64;
     BackendOptions options;
     options.kv_dtype = DType::f32;
-    CHECK(kv_pool_advice(options) == "lower --ctx-size (-c), or halve it with --kv-dtype bf16");
+    CHECK(kv_pool_advice(config, options) == "lower --ctx-size (-c), or halve it with --kv-dtype f16");
     options.kv_blocks_from_mem_size = true;  // --kv-mem SIZE
-    CHECK(kv_pool_advice(options) == "lower --kv-mem or --ctx-size (-c), or halve it with --kv-dtype bf16");
+    CHECK(kv_pool_advice(config, options) == "lower --kv-mem or --ctx-size (-c), or halve it with --kv-dtype f16");
     options.kv_dtype = DType::bf16;
-    CHECK(kv_pool_advice(options) == "lower --kv-mem or --ctx-size (-c)");
+    CHECK(kv_pool_advice(config, options) == "lower --kv-mem or --ctx-size (-c), or halve it with --kv-dtype q8_0");
+    options.kv_dtype = DType::q8_0;
+    CHECK(kv_pool_advice(config, options) == "lower --kv-mem or --ctx-size (-c)");
     options.kv_blocks_from_mem_size = false;  // sized from the context, or --kv-mem N% (never below it)
-    CHECK(kv_pool_advice(options) == "lower --ctx-size (-c)");
+    CHECK(kv_pool_advice(config, options) == "lower --ctx-size (-c)");
+    config.head_dim = 8;  // no whole q8_0 blocks per head
+    options.kv_dtype = DType::f16;
+    CHECK(kv_pool_advice(config, options) == "lower --ctx-size (-c)");
 }
 
 TEST_CASE("cpu_backend: a model written to .kvlm and opened gives the same logits as in memory") {

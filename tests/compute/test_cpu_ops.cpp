@@ -38,7 +38,7 @@ struct Guarded {
 
 // Values as they are after a round trip through dtype.
 std::vector<float> round_through(const std::vector<float>& v, DType dtype) {
-    std::vector<uint8_t> bytes(v.size() * dtype_size(dtype));
+    std::vector<uint8_t> bytes(dtype_bytes(dtype, v.size()));  // quantized: v.size() a multiple of 32
     convert_from_f32(dtype, v.data(), bytes.data(), v.size());
     std::vector<float> out(v.size());
     convert_to_f32(dtype, bytes.data(), out.data(), v.size());
@@ -46,7 +46,7 @@ std::vector<float> round_through(const std::vector<float>& v, DType dtype) {
 }
 
 std::vector<uint8_t> encode(const std::vector<float>& v, DType dtype) {
-    std::vector<uint8_t> bytes(v.size() * dtype_size(dtype));
+    std::vector<uint8_t> bytes(dtype_bytes(dtype, v.size()));
     convert_from_f32(dtype, v.data(), bytes.data(), v.size());
     return bytes;
 }
@@ -409,7 +409,6 @@ std::vector<float> run_attention(const AttentionCase& c, int32_t block_size, int
         CHECK(kv[kv.size() - 1 - i] == 0xA5);
     }
     // Slots past n_ctx in the last block and unused blocks are untouched.
-    const size_t element = dtype_size(c.dtype);
     for (int32_t b = 0; b < n_blocks; b++) {
         bool used = std::find(table.begin(), table.end(), b) != table.end();
         for (int32_t layer = 0; layer < 2; layer++)
@@ -418,8 +417,8 @@ std::vector<float> run_attention(const AttentionCase& c, int32_t block_size, int
                     int32_t idx = int32_t(std::find(table.begin(), table.end(), b) - table.begin());
                     bool written = used && idx * block_size + slot < n_ctx;
                     if (written) continue;
-                    const uint8_t* p = kv_data + size_t(layout.row_offset(b, layer, kind, slot)) * element;
-                    bool intact = std::all_of(p, p + row * int64_t(element), [](uint8_t byte) { return byte == 0xA5; });
+                    const uint8_t* p = kv_data + layout.bytes_of(layout.row_offset(b, layer, kind, slot));
+                    bool intact = std::all_of(p, p + layout.bytes_of(row), [](uint8_t byte) { return byte == 0xA5; });
                     CHECK(intact);
                 }
     }
@@ -445,7 +444,8 @@ TEST_CASE("cpu_ops: kv_write + paged_attention == contiguous causal GQA attentio
     for (int32_t head_dim : {8, 12, 40, 64, 128})  // 12 and 40: vector tails
         for (int32_t group : {1, 2, 4, 8})
             for (int32_t n_kv_heads : {1, 2})
-                for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+                for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0}) {
+                    if (dtype == DType::q8_0 && head_dim % 32 != 0) continue;  // whole blocks per head
                     AttentionCase c{head_dim, group, n_kv_heads, dtype};
                     CAPTURE(head_dim);
                     CAPTURE(group);
@@ -498,6 +498,60 @@ TEST_CASE("cpu_ops: kv_write + paged_attention == contiguous causal GQA attentio
                         CHECK(same_bits(alone.data(), first.data() + t * per_query, per_query));
                     }
                 }
+}
+
+TEST_CASE("cpu_ops: a q8_0 KV cache holds ggml's q8_0 blocks, and attention over it gives an f32 cache's bits") {
+    // Attention reads q8_0 elements as the exact products d * q, so it must give the very bits of an f32 cache
+    // that holds those products, on every SIMD path.
+    ThreadPool pool3(3);
+    const int32_t n_ctx = 70;
+    std::vector<int32_t> query_positions = {0, 9, 31, 32, 33};
+    for (int32_t p = 60; p < n_ctx; p++) query_positions.push_back(p);
+    uint64_t seed = 900;
+    for (int32_t head_dim : {32, 64, 128})
+        for (int32_t group : {1, 3})
+            for (int32_t n_kv_heads : {1, 2}) {
+                CAPTURE(head_dim);
+                CAPTURE(group);
+                CAPTURE(n_kv_heads);
+                const int32_t n_heads = n_kv_heads * group, n_q = int32_t(query_positions.size());
+                const size_t row = size_t(n_kv_heads * head_dim);
+                std::vector<float> k = random_floats(size_t(n_ctx) * row, -2, 2, seed++);
+                std::vector<float> v = random_floats(size_t(n_ctx) * row, -2, 2, seed++);
+                k[5] = 0.0f, v[row + 3] = 30.0f;  // a zero and an outlier inside blocks
+                std::fill(k.begin() + long(row), k.begin() + long(row + 32), 0.0f);  // an all-zero block (d = 0)
+                std::vector<float> q = random_floats(size_t(n_q * n_heads * head_dim), -3, 3, seed++);
+                const std::vector<float> k_dequantized = round_through(k, DType::q8_0);
+                const std::vector<float> v_dequantized = round_through(v, DType::q8_0);
+
+                // The pool's bytes for one row are convert_from_f32's q8_0 blocks (ggml's quantizer).
+                KvLayout layout{1, 4, n_kv_heads, head_dim, DType::q8_0};
+                std::vector<uint8_t> pool(layout.block_bytes());
+                const int32_t table[] = {0}, position[] = {2};
+                kv_write_cpu(pool.data(), layout, 0, k.data() + 7 * row, v.data() + 7 * row, table, position, 1);
+                const std::vector<uint8_t> k_blocks = encode(std::vector<float>(k.begin() + long(7 * row),
+                                                                                k.begin() + long(8 * row)),
+                                                             DType::q8_0);
+                CHECK(std::memcmp(pool.data() + layout.bytes_of(layout.row_offset(0, 0, 0, 2)), k_blocks.data(),
+                                  k_blocks.size()) == 0);
+                CHECK(k_blocks.size() == row / 32 * 34);
+
+                const AttentionCase quantized{head_dim, group, n_kv_heads, DType::q8_0};
+                const AttentionCase widened{head_dim, group, n_kv_heads, DType::f32};
+                const std::vector<float> want =
+                    run_attention(widened, 16, n_ctx, k_dequantized, v_dequantized, q, query_positions, nullptr);
+                for (int32_t block_size : {1, 16, 32}) {
+                    CAPTURE(block_size);
+                    std::vector<float> got = run_attention(quantized, block_size, n_ctx, k, v, q, query_positions,
+                                                           block_size == 1 ? &pool3 : nullptr);
+                    CHECK(same_bits(got.data(), want.data(), want.size()));
+                }
+                test::for_each_cpu_path([&](CpuPath path) {
+                    CAPTURE(cpu_path_name(path));
+                    std::vector<float> got = run_attention(quantized, 16, n_ctx, k, v, q, query_positions, &pool3);
+                    CHECK(same_bits(got.data(), want.data(), want.size()));
+                });
+            }
 }
 
 TEST_CASE("cpu_ops: thread pool runs every chunk exactly once") {

@@ -98,6 +98,10 @@ TEST_CASE("cuda backend: logits match the CPU backend on random models") {
         {"f32 weights, bf16 kv", &small, DType::f32, DType::bf16, 16, 2e-2f},
         {"bf16 weights, f16 kv", &small, DType::bf16, DType::f16, 8, 3e-2f},
         {"f16 weights", &wide, DType::f16, DType::f32, 16, 1e-2f},
+        // q8_0 KV: GPU and CPU quantize alike, but a K value that differs in its last bits may round to the
+        // neighbouring step; prefill stages the cache as f16 on tensor cores.
+        {"f32 weights, q8_0 kv, head_dim 128", &wide, DType::f32, DType::q8_0, 16, 3e-2f},
+        {"bf16 weights, q8_0 kv, block_size 5", &wide, DType::bf16, DType::q8_0, 5, 3e-2f},
     };
     for (const Case& c : kCases) {
         auto m = make_random_model(*c.config, c.weights, 42);

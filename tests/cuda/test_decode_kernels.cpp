@@ -100,7 +100,9 @@ std::string describe(const Pool& p, int32_t n_heads, const std::vector<int32_t>&
     return s.str();
 }
 
-const DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
+const DType kDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::q8_0};
+// Types that take one GQA ratio only where the full product would be slow.
+bool sampled_dtype(DType dtype) { return dtype == DType::f16 || dtype == DType::q8_0; }
 const Heads kHeads[] = {{4, 4}, {4, 2}, {8, 2}, {8, 1}};  // GQA 1, 2, 4, 8
 const int32_t kContexts[] = {1, 37, 255, 256, 257, 3000};
 const int32_t kMaxContext = 3000;
@@ -117,7 +119,7 @@ TEST_CASE("cuda kernels: fixed-split paged attention vs paged_attention_cpu") {
             for (const Heads& heads : kHeads) {
                 for (int32_t block_size : {16, 5, 1}) {
                     // Every dtype x heads x block size would be slow: f16 and block size 1 take one GQA ratio.
-                    if ((dtype == DType::f16 || block_size == 1) && (heads.n_heads != 8 || heads.n_kv_heads != 2))
+                    if ((sampled_dtype(dtype) || block_size == 1) && (heads.n_heads != 8 || heads.n_kv_heads != 2))
                         continue;
                     // Emulated: the GQA ratios at head_dim 128 only.
                     if (cuda_emulated() && head_dim == 64 && (heads.n_heads != 8 || heads.n_kv_heads != 2)) continue;
@@ -221,6 +223,7 @@ TEST_CASE("cuda kernels: decode-step attention over GQA group sizes and head siz
     // thread in the output loop).
     for (int32_t head_dim : {1, 8, 12, 96, 100, 202, 256}) {
         for (DType dtype : kDTypes) {
+            if (dtype == DType::q8_0 && head_dim % 32 != 0) continue;  // whole 32-element blocks per head
             cases.push_back({dtype, head_dim, turn % 2 ? Heads{9, 3} : Heads{20, 1}, 7});
             turn++;
         }
@@ -270,7 +273,7 @@ TEST_CASE("cuda kernels: fused rope + kv_write == rope_cpu + kv_write_cpu and la
         for (int32_t head_dim : {64, 96, 128, 256}) {  // 256: two pairs per thread
             for (const Heads& heads : kRopeHeads) {
                 for (int32_t block_size : {1, 5, 16}) {
-                    if (dtype == DType::f16 && (heads.n_heads != 8 || heads.n_kv_heads != 2)) continue;
+                    if (sampled_dtype(dtype) && (heads.n_heads != 8 || heads.n_kv_heads != 2)) continue;
                     RopeScaling scaling;
                     if (n_configs++ % 2 == 1) scaling.type = "llama3", scaling.factor = 8.0f;
                     std::vector<float> inv_freq(size_t(head_dim / 2));

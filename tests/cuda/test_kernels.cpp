@@ -100,7 +100,7 @@ TEST_CASE("cuda kernels: rope with and without llama3 scaling") {
 
 TEST_CASE("cuda kernels: kv_write stores the same bytes through the block table") {
     if (!have_cuda_device()) return;
-    for (DType dtype : kDTypes) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0}) {  // q8_0: the CPU's quantizer's bytes
         for (int32_t block_size : {1, 7, 16}) {
             KvLayout layout;
             layout.n_layers = 3, layout.block_size = block_size, layout.n_kv_heads = 2, layout.head_dim = 64;
@@ -135,12 +135,14 @@ TEST_CASE("cuda kernels: paged attention (decode and prefill, GQA, split and uns
     const Shape kShapes[] = {{1, 0}, {1, 36}, {1, 2999}, {40, 0}, {33, 200}, {3, 1500}, {300, 0}};
     uint64_t seed = 100;
     for (int32_t head_dim : {64, 128}) {
-        for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+        for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::q8_0}) {
             for (const Heads& heads : kHeads) {
                 for (int32_t block_size : {16, 5}) {
                     for (const Shape& shape : kShapes) {
-                        // Every combination of dtype x heads would be slow; f16 and block_size 5 cover a subset.
-                        if (dtype == DType::f16 && (heads.n_heads != 8 || heads.n_kv_heads != 2)) continue;
+                        // Every combination of dtype x heads would be slow; f16, q8_0 and block_size 5 cover a
+                        // subset.
+                        if ((dtype == DType::f16 || dtype == DType::q8_0) && (heads.n_heads != 8 || heads.n_kv_heads != 2))
+                            continue;
                         // Emulated: the long contexts and the 300-query batch for one head_dim, block size
                         // and GQA ratio (every dtype; the 300-query batch in bf16).
                         if (cuda_emulated() && shape.pos0 + shape.n > 100 &&

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -47,7 +48,8 @@ namespace {
 // they are stored in it); accumulation and the softmax are f32. Outputs are weighted means of V rows with
 // |v| <= 1, so the error is a fraction of one rounding: bf16 keeps 8 significant bits (unit roundoff
 // 2^-8 ~ 3.9e-3), f16 11 (2^-11 ~ 4.9e-4). A host emulation of the kernel over this test's shapes stayed
-// under 1.7e-3 (bf16) and 2.1e-4 (f16); the bounds leave ~6-10x headroom.
+// under 1.7e-3 (bf16) and 2.1e-4 (f16); the bounds leave ~6-10x headroom. A q8_0 cache is staged as f16
+// (d * q rounded once more), so K and V take one f16 rounding too: f16's bound still leaves ~4x.
 float tolerance(DType dtype) { return dtype == DType::bf16 ? 1e-2f : 2e-3f; }
 
 struct Heads {
@@ -135,7 +137,40 @@ TEST_CASE("cuda kernels: prefill attention with head_dim 256 and 80") {
     check_prefill(DType::bf16, 80, {6, 2}, 7, 100, 300, 902, &pool);
 }
 
-TEST_CASE("cuda kernels: prefill attention supports f16/bf16 KV and head_dim multiples of 16 only") {
+TEST_CASE("cuda kernels: prefill attention over a q8_0 KV cache") {
+    if (!have_cuda_device()) return;
+    ThreadPool pool(0);
+    {  // Staged as f16: the very bits of the same attention over an f16 cache holding d * q rounded to f16.
+        KvLayout layout;
+        layout.n_layers = 2, layout.block_size = 16, layout.n_kv_heads = 2, layout.head_dim = 64;
+        layout.dtype = DType::q8_0;
+        const int32_t n = 40, n_heads = 4, n_blocks = 4;
+        const std::vector<int32_t> table = {2, 0, 3};
+        std::vector<int32_t> positions(static_cast<size_t>(n));
+        std::iota(positions.begin(), positions.end(), 3);
+        const size_t n_elements = size_t(n_blocks) * size_t(layout.block_elements());
+        auto q8 = random_typed(n_elements, DType::q8_0, -1, 1, 960);
+        std::vector<float> values(n_elements);
+        convert_to_f32(DType::q8_0, q8.data(), values.data(), n_elements);
+        std::vector<uint8_t> f16(n_elements * 2);
+        convert_from_f32(DType::f16, values.data(), f16.data(), n_elements);
+        auto q = random_floats(size_t(n) * n_heads * 64, -0.6f, 0.6f, 961);
+        std::vector<float> got(q.size()), want(q.size());
+        cuda_test::prefill_attention(got.data(), q.data(), q8.data(), n_blocks, layout, 1, table.data(), 3,
+                                     positions.data(), n, n_heads);
+        KvLayout f16_layout = layout;
+        f16_layout.dtype = DType::f16;
+        cuda_test::prefill_attention(want.data(), q.data(), f16.data(), n_blocks, f16_layout, 1, table.data(), 3,
+                                     positions.data(), n, n_heads);
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    }
+    check_prefill(DType::q8_0, 64, {8, 2}, 16, 65, 37, 950, &pool);
+    check_prefill(DType::q8_0, 128, {4, 1}, 5, 17, 0, 951, &pool);
+    check_prefill(DType::q8_0, 256, {4, 4}, 1, 16, 300, 952, &pool);
+    if (!cuda_emulated()) check_prefill(DType::q8_0, 128, {6, 2}, 7, 513, 300, 953, &pool);
+}
+
+TEST_CASE("cuda kernels: prefill attention supports f16/bf16/q8_0 KV and head_dim multiples of 16 (32 for q8_0)") {
     KvLayout layout;
     layout.n_layers = 1, layout.block_size = 16, layout.n_kv_heads = 2, layout.head_dim = 128;
     for (DType dtype : {DType::f16, DType::bf16}) {
@@ -148,6 +183,15 @@ TEST_CASE("cuda kernels: prefill attention supports f16/bf16 KV and head_dim mul
             layout.head_dim = head_dim;
             CHECK_FALSE(prefill_attention_supports(layout));
         }
+    }
+    layout.dtype = DType::q8_0;  // staged as f16: whole 32-element blocks per head
+    for (int32_t head_dim : {32, 64, 128, 256}) {
+        layout.head_dim = head_dim;
+        CHECK(prefill_attention_supports(layout));
+    }
+    for (int32_t head_dim : {16, 80, 272}) {
+        layout.head_dim = head_dim;
+        CHECK_FALSE(prefill_attention_supports(layout));
     }
     layout.dtype = DType::f32, layout.head_dim = 128;
     CHECK_FALSE(prefill_attention_supports(layout));

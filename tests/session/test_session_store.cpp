@@ -129,6 +129,21 @@ TEST_CASE("session format: manifest round trip; truncation, bit flips and future
     other = m.identity;
     other.rope_scaling.type = "llama3";
     CHECK(identity_mismatch(m.identity, other).find("RoPE scaling type") == 0);
+
+    // KV types: q8_0 round trips where head_dim holds whole blocks; a weight-only type never does.
+    SessionManifest q8 = sample_manifest();
+    q8.identity.kv_dtype = DType::q8_0;
+    q8.identity.head_dim = 64;
+    std::vector<uint8_t> q8_bytes = encode_manifest(q8);
+    CHECK(decode_manifest(q8_bytes.data(), q8_bytes.size(), "m").identity.kv_dtype == DType::q8_0);
+    q8.identity.head_dim = 8;
+    q8_bytes = encode_manifest(q8);
+    e = error_of([&] { decode_manifest(q8_bytes.data(), q8_bytes.size(), "m"); });
+    CHECK_MESSAGE(e.find("a q8_0 KV cache with head_dim 8 (not a multiple of 32)") != std::string::npos, e);
+    q8.identity.kv_dtype = DType::q4_0;
+    q8_bytes = encode_manifest(q8);
+    e = error_of([&] { decode_manifest(q8_bytes.data(), q8_bytes.size(), "m"); });
+    CHECK_MESSAGE(e.find("unknown KV dtype 4") != std::string::npos, e);
 }
 
 TEST_CASE("session store: block files verify namespace, size and checksum") {

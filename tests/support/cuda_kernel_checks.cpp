@@ -60,7 +60,7 @@ std::vector<int32_t> random_tokens(int32_t n, int32_t n_vocab, uint32_t seed) {
 
 std::vector<uint8_t> random_typed(size_t n, DType dtype, float lo, float hi, uint64_t seed) {
     std::vector<float> f = random_floats(n, lo, hi, seed);
-    std::vector<uint8_t> out(n * dtype_size(dtype));
+    std::vector<uint8_t> out(dtype_bytes(dtype, n));  // quantized: n a multiple of 32
     convert_from_f32(dtype, f.data(), out.data(), n);
     return out;
 }

@@ -256,6 +256,7 @@ inline float __frcp_rn(float x) { return 1.0f / x; }
 // mode on baseline x86-64 contracts nothing, so plain operators are exact twins).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 inline float __uint_as_float(unsigned u) { return kvlm_emu::from_bits<float>(u); }
 inline unsigned __float_as_uint(float f) { return kvlm_emu::to_bits(f) & 0xffffffffu; }
