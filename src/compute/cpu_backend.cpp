@@ -70,6 +70,10 @@ public:
         check_block(block, "write_kv_block");
         std::memcpy(kv_ + size_t(block) * kv_block_bytes(), src, kv_block_bytes());
     }
+    void* host_kv_block(int32_t block) override {
+        check_block(block, "host_kv_block");
+        return kv_ + size_t(block) * kv_block_bytes();
+    }
     void copy_kv_block(int32_t src_block, int32_t dst_block) override {
         check_block(src_block, "copy_kv_block");
         check_block(dst_block, "copy_kv_block");

@@ -15,6 +15,9 @@ public:
     virtual void read_kv_block(int32_t block, void* dst) const = 0;    // block record -> host memory
     virtual void write_kv_block(int32_t block, const void* src) = 0;   // host memory -> block record
     virtual void copy_kv_block(int32_t src_block, int32_t dst_block) = 0;
+    // The block record itself when it lives in host memory the caller may fill directly (a session restore
+    // reads files straight into it, several blocks at once); nullptr when it does not (use write_kv_block).
+    virtual void* host_kv_block(int32_t block) { return nullptr; }
 };
 
 }  // namespace kvlm

@@ -242,22 +242,27 @@ int32_t PrefixCache::lookup(const BlockHash& hash) const {
     return it == impl_->index.end() ? -1 : it->second.block;
 }
 
-int32_t PrefixCache::adopt_block(const BlockHash& hash, const BlockHash& parent, const void* kv_bytes, bool full) {
+int32_t PrefixCache::claim_block(const BlockHash& hash, bool full, bool* cached) {
     Impl& m = *impl_;
+    *cached = false;
     if (full) {
         auto it = m.index.find(hash);
         if (it != m.index.end()) {
             m.pool.retain(it->second.block);
             it->second.last_used = ++m.tick;
+            *cached = true;
             return it->second.block;
         }
     }
-    int32_t block = m.allocate();
-    if (block < 0) return -1;
-    m.kv_storage.write_kv_block(block, kv_bytes);
-    if (full) m.insert(block, hash, parent);
-    return block;
+    return m.allocate();
 }
+
+void PrefixCache::index_claimed(int32_t block, const BlockHash& hash, const BlockHash& parent) {
+    KVLM_ASSERT(!impl_->index.count(hash), "index_claimed: the hash is indexed already (claim_block returns that block)");
+    impl_->insert(block, hash, parent);
+}
+
+void PrefixCache::release_claimed(int32_t block) { impl_->pool.release(block); }
 
 PrefixCacheStats PrefixCache::stats() const {
     PrefixCacheStats s = impl_->stats;

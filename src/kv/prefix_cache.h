@@ -60,12 +60,16 @@ public:
     std::vector<BlockHash> full_block_hashes(const Sequence& seq) const;
     // Cached block with this hash, or -1. Does not change refcounts or LRU order.
     int32_t lookup(const BlockHash& hash) const;
-    // Session restore: puts a block whose K/V bytes came from disk into the pool, returning its block id
-    // with one reference held for the caller (append it to a sequence's table). A full block is also
-    // indexed under `hash` (child of `parent`); if `hash` is already indexed, that block is retained and
-    // returned instead and kv_bytes ignored. A partial block (full = false) is never indexed.
-    // Returns -1 when no block can be freed.
-    int32_t adopt_block(const BlockHash& hash, const BlockHash& parent, const void* kv_bytes, bool full = true);
+    // Session restore, in two steps so that many blocks' bytes can be read from disk straight into the pool
+    // at once. claim_block returns a block for `hash` with one reference held for the caller (append it to a
+    // sequence's table): the indexed block if a full one with this hash is cached (*cached = true: its bytes
+    // are there), else a fresh one (*cached = false) whose bytes the caller writes through the storage and
+    // then passes to index_claimed (full blocks: indexed under `hash`, child of `parent`; a partial block is
+    // never indexed), or hands back with release_claimed when they could not be read. -1 when no block can
+    // be freed.
+    int32_t claim_block(const BlockHash& hash, bool full, bool* cached);
+    void index_claimed(int32_t block, const BlockHash& hash, const BlockHash& parent);
+    void release_claimed(int32_t block);
 
     PrefixCacheStats stats() const;
     // Evicts every cached block no sequence references (a cold cache for benchmarks); returns how many.

@@ -2,8 +2,12 @@
 #include "session/session_run.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <ctime>
+#include <functional>
+#include <system_error>
+#include <thread>
 
 #include "util/byte_size.h"
 #include "util/error.h"
@@ -14,6 +18,59 @@ namespace {
 
 std::string start_fresh_hint(const std::string& name) {
     return fmt::format("start fresh with `kvlm session rm {}` or use another --session name", name);
+}
+
+// Reads and verifies the block files of manifest blocks `indices` into the pool blocks block_of(i), filling
+// problems[i] ("" when it verified). Where the pool is host memory the files are read straight into it by up
+// to kMaxReaders threads (a restore then runs at memory speed: each block is copied once by the kernel and
+// checksummed while it is in cache); otherwise one by one through a buffer and write_kv_block. A block after
+// one that failed may be left unread (its problem then says so): nothing past the first failure is kept.
+constexpr int kMaxReaders = 4;
+
+void read_blocks(Backend& backend, const SessionStore& store, const SessionManifest& m, const BlockHash& kv_namespace,
+                 const std::vector<size_t>& indices, const std::function<int32_t(size_t)>& block_of,
+                 std::vector<std::string>* problems) {
+    const size_t block_bytes = backend.kv_block_bytes();
+    if (indices.empty()) return;
+    if (!backend.host_kv_block(block_of(indices[0]))) {
+        std::vector<uint8_t> payload(block_bytes);
+        for (size_t i : indices) {
+            (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, block_bytes, payload.data());
+            if (!(*problems)[i].empty()) return;
+            backend.write_kv_block(block_of(i), payload.data());
+        }
+        return;
+    }
+    std::vector<void*> targets;
+    for (size_t i : indices) targets.push_back(backend.host_kv_block(block_of(i)));
+    std::atomic<size_t> next{0}, first_failed{SIZE_MAX};
+    auto reader = [&] {
+        for (size_t k; (k = next.fetch_add(1)) < indices.size();) {
+            const size_t i = indices[k];
+            if (i > first_failed.load()) {
+                (*problems)[i] = "not read (an earlier block failed)";
+                continue;
+            }
+            (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, block_bytes, targets[k]);
+            if (!(*problems)[i].empty())
+                for (size_t f = first_failed.load(); i < f && !first_failed.compare_exchange_weak(f, i);) {
+                }
+        }
+    };
+    // Extra readers only where there is enough to share; a thread that cannot start leaves its share to
+    // the others (the calling thread always reads).
+    const size_t n_readers = std::min<size_t>({size_t(kMaxReaders), std::max(1u, std::thread::hardware_concurrency()),
+                                               (indices.size() + 7) / 8});
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < n_readers; t++) {
+        try {
+            helpers.emplace_back(reader);
+        } catch (const std::system_error&) {
+            break;
+        }
+    }
+    reader();
+    for (std::thread& t : helpers) t.join();
 }
 
 }  // namespace
@@ -86,37 +143,69 @@ RestoredSession restore_session(Engine& engine, const SessionStore& store, const
     r.pinned = m.pinned;
     PrefixCache& cache = engine.prefix_cache();
     const int32_t block_size = identity.block_size;
-    const size_t block_bytes = engine.backend().kv_block_bytes();
-    // Block by block: read and verify into one reused buffer, then adopt it into the pool (no allocation
-    // per block). The first damaged or missing block ends the restore; the rest is recomputed.
-    std::vector<uint8_t> payload;
-    payload.reserve(block_bytes);
+
+    // 1. In order: check each block's place in the hash chain and claim a pool block for it, until a block
+    //    does not belong to the transcript or the pool has no room.
+    struct Claim {
+        int32_t block;
+        bool cached;  // already in this process's cache: nothing to read
+    };
+    std::vector<Claim> claims;
+    std::string stopped;  // why the claims ended before the manifest did
+    bool stopped_bad_block = false;
     BlockHash parent = cache.kv_namespace();
-    int32_t n_tokens = 0;
-    for (size_t i = 0; i < m.blocks.size(); i++) {
-        const SessionBlockRef& ref = m.blocks[i];
-        const size_t pos = i * size_t(block_size);
-        std::string problem;
+    for (const SessionBlockRef& ref : m.blocks) {
+        const size_t pos = claims.size() * size_t(block_size);
         // The chain binds every block to the transcript (a manifest can only be consistent, but be sure).
-        if (chain_block_hash(parent, m.tokens.data() + pos, ref.n_tokens) != ref.hash)
-            problem = "hash does not match the transcript";
-        if (problem.empty()) problem = store.read_block(ref, cache.kv_namespace(), block_bytes, &payload);
-        if (!problem.empty()) {
-            r.bad_blocks.insert(ref.hash);
-            r.warnings.push_back(fmt::format("session '{}': block {} ({}) {}: recomputing {} tokens from position {}",
-                                             name, i, ref.hash.hex(), problem, m.tokens.size() - pos, pos));
+        if (chain_block_hash(parent, m.tokens.data() + pos, ref.n_tokens) != ref.hash) {
+            stopped = "hash does not match the transcript";
+            stopped_bad_block = true;
             break;
         }
-        const int32_t block = cache.adopt_block(ref.hash, parent, payload.data(), ref.n_tokens == block_size);
-        if (block < 0) {
-            r.warnings.push_back(fmt::format("session: the KV pool has no room for block {}: recomputing {} tokens "
-                                             "from position {} (raise --kv-mem or -c)",
-                                             i, m.tokens.size() - pos, pos));
+        Claim c{};
+        c.block = cache.claim_block(ref.hash, ref.n_tokens == block_size, &c.cached);
+        if (c.block < 0) {
+            stopped = fmt::format("session: the KV pool has no room for block {}: recomputing {} tokens from position "
+                                  "{} (raise --kv-mem or -c)",
+                                  claims.size(), m.tokens.size() - pos, pos);
             break;
         }
-        seq.table.blocks.push_back(block);
+        claims.push_back(c);
+        parent = ref.hash;
+    }
+
+    // 2. Read and verify the claimed blocks' files, straight into the pool where it is host memory.
+    std::vector<size_t> to_read;
+    for (size_t i = 0; i < claims.size(); i++)
+        if (!claims[i].cached) to_read.push_back(i);
+    std::vector<std::string> problems(claims.size());
+    read_blocks(engine.backend(), store, m, cache.kv_namespace(), to_read,
+                [&](size_t i) { return claims[i].block; }, &problems);
+
+    // 3. Keep the blocks before the first one that failed (indexing the full ones read from disk), hand back
+    //    the rest; the transcript from there on is recomputed.
+    size_t n_kept = 0;
+    while (n_kept < claims.size() && problems[n_kept].empty()) n_kept++;
+    parent = cache.kv_namespace();
+    int32_t n_tokens = 0;
+    for (size_t i = 0; i < n_kept; i++) {
+        const SessionBlockRef& ref = m.blocks[i];
+        if (!claims[i].cached && ref.n_tokens == block_size) cache.index_claimed(claims[i].block, ref.hash, parent);
+        seq.table.blocks.push_back(claims[i].block);
         n_tokens += ref.n_tokens;
         parent = ref.hash;
+    }
+    for (size_t i = n_kept; i < claims.size(); i++) cache.release_claimed(claims[i].block);
+    const bool bad_block = n_kept < claims.size() || stopped_bad_block;
+    if (bad_block) {
+        const std::string& problem = n_kept < claims.size() ? problems[n_kept] : stopped;
+        const SessionBlockRef& ref = m.blocks[n_kept];
+        const size_t pos = n_kept * size_t(block_size);
+        r.bad_blocks.insert(ref.hash);
+        r.warnings.push_back(fmt::format("session '{}': block {} ({}) {}: recomputing {} tokens from position {}",
+                                         name, n_kept, ref.hash.hex(), problem, m.tokens.size() - pos, pos));
+    } else if (!stopped.empty()) {
+        r.warnings.push_back(stopped);
     }
     seq.table.n_tokens = n_tokens;
     seq.tokens.assign(m.tokens.begin(), m.tokens.begin() + n_tokens);

@@ -34,7 +34,8 @@ void check_session_fits(Engine& engine, const std::string& name, size_t n_saved,
 // existed = false and an untouched seq. Throws Error (naming the field, both values and how to start
 // fresh) if the manifest is unreadable, from another format version or another setup, and refuses a
 // session larger than the context or the KV pool (check_session_fits), all before the pool is touched.
-// Blocks already cached in this process are reused (PrefixCache::adopt_block). A damaged or missing block,
+// Blocks already cached in this process are reused (PrefixCache::claim_block); the others are read from
+// their files straight into the pool, several at once, where it is host memory. A damaged or missing block,
 // or a full pool, is not an error: the restore stops there and a warning says how many tokens will be
 // recomputed.
 RestoredSession restore_session(Engine& engine, const SessionStore& store, const std::string& name, Sequence& seq);

@@ -249,7 +249,7 @@ SessionManifest SessionStore::load_manifest(const std::string& name) const {
 }
 
 std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, size_t payload_size,
-                                     std::vector<uint8_t>* payload) const {
+                                     void* payload) const {
     const std::string path = block_path(ref.hash);
     try {
         // One descriptor: the header first, so a damaged or foreign file is refused without reading (or
@@ -264,10 +264,8 @@ std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash
         if (h.n_tokens != ref.n_tokens) return fmt::format("holds {} tokens, expected {}", h.n_tokens, ref.n_tokens);
         if (h.payload_size != payload_size)
             return fmt::format("payload is {} bytes, expected {}", h.payload_size, payload_size);
-        payload->resize(payload_size);
-        if (file.read_at(payload->data(), payload_size, kBlockHeaderSize) != payload_size)
-            return "changed while being read";
-        uint64_t actual = payload_checksum(payload->data(), payload_size);
+        if (file.read_at(payload, payload_size, kBlockHeaderSize) != payload_size) return "changed while being read";
+        uint64_t actual = payload_checksum(payload, payload_size);
         if (actual != h.payload_checksum || actual != ref.checksum) return "checksum mismatch (the file is damaged)";
     } catch (const Error& e) {
         return e.what();
@@ -436,7 +434,8 @@ VerifyReport SessionStore::verify(const std::string& name) const {
                                                       ref.hash.hex()));
             parent = ref.hash;
             report.n_blocks_checked++;
-            std::string problem = read_block(ref, ns, payload_size, &payload);
+            payload.resize(payload_size);
+            std::string problem = read_block(ref, ns, payload_size, payload.data());
             if (problem == "missing") {
                 if (n_missing++ == 0) first_missing = i;
             } else if (!problem.empty())

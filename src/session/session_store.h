@@ -83,10 +83,11 @@ public:
     SessionManifest load_manifest(const std::string& name) const;  // throws Error naming the file and problem
 
     // Reads and verifies one block file (header fields against ref/namespace/payload_size, payload checksum
-    // against the header and ref.checksum). Returns "" and fills payload, or the problem ("missing",
-    // "checksum mismatch", ...). Never throws for bad file content.
+    // against the header and ref.checksum) into payload (payload_size bytes; a restore passes the pool
+    // block itself). Returns "", or the problem ("missing", "checksum mismatch", ...) with payload's bytes
+    // undefined. Never throws for bad file content; safe to call from several threads at once.
     std::string read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, size_t payload_size,
-                           std::vector<uint8_t>* payload) const;
+                           void* payload) const;
 
     // Saves a session: writes every block of manifest.blocks that is not already on disk with a valid
     // header (or is listed in `rewrite`), fetching its payload with read_payload(i, buffer), then the

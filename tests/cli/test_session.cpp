@@ -329,6 +329,41 @@ TEST_CASE("session cli: a q8_0 KV cache is saved at about half an f16 one's size
     CHECK(!logits_hash(next.err).empty());
 }
 
+TEST_CASE("session cli: many blocks are read at once, and a damaged one in the middle keeps only those before it") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    // Block size 2: ~60 history tokens in ~30 block files, enough for the restore's parallel readers.
+    auto two_turns = [](const std::string& dir) {
+        REQUIRE(run_turn(dir, "s", "Once upon a time", {"--block-size", "2"}).exit_code == 0);
+        REQUIRE(run_turn(dir, "s", " Lily saw a big red ball.").exit_code == 0);
+    };
+    TempDir clean, damaged;
+    two_turns(clean.path());
+    two_turns(damaged.path());
+    const SessionManifest m = SessionStore(damaged.path()).load_manifest("s");
+    REQUIRE(m.blocks.size() >= 24);
+    CliResult expected = run_turn(clean.path(), "s", " Then", {"-v"});
+    REQUIRE_MESSAGE(expected.exit_code == 0, expected.err);
+    CHECK(count(expected.err, "restored from disk") == m.n_kv_tokens);
+
+    // Block 11 damaged: blocks 0-10 restored, the rest recomputed, the same text and logits.
+    const std::string path = SessionStore(damaged.path()).block_path(m.blocks[11].hash);
+    std::string bytes = read_file(path);
+    bytes[bytes.size() - 5] ^= 0x10;
+    write_file(path, bytes);
+    CliResult r = run_turn(damaged.path(), "s", " Then", {"-v"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK_MESSAGE(r.err.find("warning: session 's': block 11 (" + m.blocks[11].hash.hex() +
+                             ") checksum mismatch (the file is damaged): recomputing") != std::string::npos,
+                  r.err);
+    CHECK(count(r.err, "restored from disk") == 22);
+    CHECK(r.out == expected.out);
+    CHECK(logits_hash(r.err) == logits_hash(expected.err));
+    // The turn saved the block again: the next one restores everything.
+    CliResult again = run_turn(damaged.path(), "s", " Then", {"-v"});
+    REQUIRE_MESSAGE(again.exit_code == 0, again.err);
+    CHECK(again.err.find("warning") == std::string::npos);
+}
+
 TEST_CASE("session cli: without --block-size a session continues in the block size it was saved with") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     TempDir dir, fresh;

@@ -46,8 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = store.block_path(ref.hash);
     kvlm::fuzz::write_scratch(path.substr(kvlm::fuzz::scratch_dir().size() + 1), data, size);
     for (size_t payload_size : kPayloadSizes) {
-        std::vector<uint8_t> payload;
-        const std::string problem = store.read_block(ref, kv_namespace, payload_size, &payload);
+        std::vector<uint8_t> payload(payload_size);
+        const std::string problem = store.read_block(ref, kv_namespace, payload_size, payload.data());
         if (problem.empty() && (size != kvlm::kBlockHeaderSize + payload_size ||
                                 std::memcmp(payload.data(), data + kvlm::kBlockHeaderSize, payload_size) != 0))
             std::abort();  // accepted, but not exactly this file's payload

@@ -322,7 +322,7 @@ TEST_CASE("prefix_cache: truncate then continue equals computing from scratch") 
     rig.check_only_cache_references();
 }
 
-TEST_CASE("prefix_cache: adopt_block indexes restored bytes and reuses an already cached block") {
+TEST_CASE("prefix_cache: claimed blocks take restored bytes, reuse an already cached block, or go back") {
     Rig rig(16, 4);
     std::vector<int32_t> tokens = random_tokens(9, 50);
     Sequence a;
@@ -330,8 +330,10 @@ TEST_CASE("prefix_cache: adopt_block indexes restored bytes and reuses an alread
     std::vector<BlockHash> hashes = rig.cache->full_block_hashes(a);
     std::vector<uint8_t> bytes(rig.backend->kv_block_bytes());
     rig.backend->read_kv_block(a.table.blocks[0], bytes.data());
-    CHECK(rig.cache->adopt_block(hashes[0], rig.cache->kv_namespace(), bytes.data()) == a.table.blocks[0]);
-    rig.pool.release(a.table.blocks[0]);  // the reference adopt_block handed out
+    bool cached = false;
+    CHECK(rig.cache->claim_block(hashes[0], true, &cached) == a.table.blocks[0]);
+    CHECK(cached);
+    rig.cache->release_claimed(a.table.blocks[0]);  // the reference claim_block handed out
     rig.cache->release(a);
     rig.cache.reset();  // a new cache over the same pool and backend: nothing indexed
     rig.cache = std::make_unique<PrefixCache>(rig.pool, *rig.backend, kv_namespace_hash("random-model", DType::f32, 4));
@@ -339,10 +341,24 @@ TEST_CASE("prefix_cache: adopt_block indexes restored bytes and reuses an alread
     std::vector<uint8_t> zeros(bytes.size(), 0);
     for (int32_t blk = 0; blk < rig.pool.n_blocks(); blk++) rig.backend->write_kv_block(blk, zeros.data());
 
-    // Restore block 0 from bytes into a sequence, then compute the rest on top.
+    // A claim whose bytes could not be read goes back to the pool, unindexed.
+    int32_t dropped = rig.cache->claim_block(hashes[0], true, &cached);
+    REQUIRE(dropped >= 0);
+    CHECK(!cached);
+    rig.cache->release_claimed(dropped);
+    CHECK(rig.pool.n_free() == rig.pool.n_blocks());
+    CHECK(rig.cache->lookup(hashes[0]) == -1);
+
+    // Restore block 0 from bytes into a sequence (written where the pool is host memory), then compute the
+    // rest on top.
     Sequence b;
-    int32_t block = rig.cache->adopt_block(hashes[0], rig.cache->kv_namespace(), bytes.data());
+    int32_t block = rig.cache->claim_block(hashes[0], true, &cached);
     REQUIRE(block >= 0);
+    CHECK(!cached);
+    void* host = rig.backend->host_kv_block(block);
+    REQUIRE(host != nullptr);  // the CPU backend's pool
+    std::memcpy(host, bytes.data(), bytes.size());
+    rig.cache->index_claimed(block, hashes[0], rig.cache->kv_namespace());
     b.table.blocks.push_back(block);
     b.table.n_tokens = 4;
     b.tokens.assign(tokens.begin(), tokens.begin() + 4);

@@ -156,11 +156,11 @@ TEST_CASE("session store: block files verify namespace, size and checksum") {
         for (size_t k = 0; k < p.size(); k++) p[k] = uint8_t(i * 31 + k);
     });
     CHECK(n == 2);
-    std::vector<uint8_t> payload;
-    CHECK(store.read_block(m.blocks[0], ns, payload_size, &payload) == "");
+    std::vector<uint8_t> payload(payload_size);
+    CHECK(store.read_block(m.blocks[0], ns, payload_size, payload.data()) == "");
     CHECK(payload[5] == 5);
-    CHECK(store.read_block(m.blocks[0], BlockHash{1, 2}, payload_size, &payload).find("namespace") != std::string::npos);
-    CHECK(store.read_block(m.blocks[0], ns, 32, &payload).find("payload") != std::string::npos);
+    CHECK(store.read_block(m.blocks[0], BlockHash{1, 2}, payload_size, payload.data()).find("namespace") != std::string::npos);
+    CHECK(store.read_block(m.blocks[0], ns, 32, payload.data()).find("payload") != std::string::npos);
     // Saving again writes nothing new (dedup), and the manifest reloads.
     CHECK(store.save("b", m, ns, payload_size, [](size_t, std::vector<uint8_t>&) { FAIL("must not be read"); }) == 0);
     CHECK(store.load_manifest("b").tokens == m.tokens);
@@ -169,21 +169,21 @@ TEST_CASE("session store: block files verify namespace, size and checksum") {
     std::string bytes = read_file(path);
     bytes[kBlockHeaderSize + 3] ^= 1;
     write_file(path, bytes);
-    CHECK(store.read_block(m.blocks[1], ns, payload_size, &payload).find("checksum") != std::string::npos);
+    CHECK(store.read_block(m.blocks[1], ns, payload_size, payload.data()).find("checksum") != std::string::npos);
     write_file(path, bytes.substr(0, bytes.size() - 1));
-    CHECK(store.read_block(m.blocks[1], ns, payload_size, &payload).find("truncated") != std::string::npos);
+    CHECK(store.read_block(m.blocks[1], ns, payload_size, payload.data()).find("truncated") != std::string::npos);
     // A huge file where a block belongs is refused from its header alone: read_block used to read (and
     // allocate) the whole file before looking at it.
     write_file(path, bytes);
     std::filesystem::resize_file(path, uint64_t(64) << 30);  // sparse: no disk used
-    CHECK(store.read_block(m.blocks[1], ns, payload_size, &payload).find("truncated") != std::string::npos);
+    CHECK(store.read_block(m.blocks[1], ns, payload_size, payload.data()).find("truncated") != std::string::npos);
     VerifyReport report = store.verify("");
     CHECK(report.n_sessions == 2);
     CHECK_MESSAGE(report.problems.size() == 2, fmt::format("{}", fmt::join(report.problems, "\n")));  // block 1 of each
     CHECK(report.notes.empty());
     // A missing block is not damage (quota eviction deletes blocks): one note per session, no problem.
     std::filesystem::remove(path);
-    CHECK(store.read_block(m.blocks[1], ns, payload_size, &payload) == "missing");
+    CHECK(store.read_block(m.blocks[1], ns, payload_size, payload.data()) == "missing");
     report = store.verify("");
     CHECK(report.problems.empty());
     REQUIRE(report.notes.size() == 2);
