@@ -108,12 +108,15 @@ void print_json(const Report& r) {
         out["results"].push_back(j);
     }
     out["scenarios"] = nlohmann::json::array();
-    for (const ScenarioRow& s : r.scenarios)
-        out["scenarios"].push_back({{"name", s.name},
-                                    {"n_tokens", s.n_tokens},
-                                    {"n_computed", s.n_computed},
-                                    {"seconds", summary_json(s.seconds)},
-                                    {"note", s.note}});
+    for (const ScenarioRow& s : r.scenarios) {
+        nlohmann::json j = {{"name", s.name},
+                            {"n_tokens", s.n_tokens},
+                            {"n_computed", s.n_computed},
+                            {"seconds", summary_json(s.seconds)},
+                            {"note", s.note}};
+        if (s.restore_gb_per_second > 0) j["restore_gb_per_second"] = s.restore_gb_per_second;
+        out["scenarios"].push_back(j);
+    }
     fmt::print("{}\n", out.dump(2));
 }
 

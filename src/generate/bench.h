@@ -47,6 +47,7 @@ struct ScenarioRow {
     int32_t n_computed = 0;    // of which the model actually ran
     Summary seconds;
     std::string note;
+    double restore_gb_per_second = 0;  // session restore: KV bytes read / time of the restore alone
 };
 
 // Bytes a decode step moves at context length n_ctx_tokens (the token being decoded included): every

@@ -95,6 +95,8 @@ TEST_CASE("bench: kvlm bench -o json reports every test and the cache scenarios 
     CHECK(scenarios.at("prefix cache hit").at("n_computed").get<int>() < 40);
     CHECK(scenarios.at("session recompute").at("n_computed") == 40);
     CHECK(scenarios.at("session restore").at("n_computed").get<int>() <= 16);  // at most one block
+    CHECK(scenarios.at("session restore").at("restore_gb_per_second").get<double>() > 0);
+    CHECK(scenarios.at("session restore").at("note").get<std::string>().find(" GB/s") != std::string::npos);
     CHECK(scenarios.at("cold start").at("seconds").at("mean").get<double>() > 0);
 }
 
