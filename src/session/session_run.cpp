@@ -51,7 +51,11 @@ void read_blocks(Backend& backend, const SessionStore& store, const SessionManif
                 (*problems)[i] = "not read (an earlier block failed)";
                 continue;
             }
-            (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, block_bytes, targets[k]);
+            try {  // read_block reports bad files as problems; nothing else may escape a reader thread
+                (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, block_bytes, targets[k]);
+            } catch (const std::exception& e) {
+                (*problems)[i] = e.what();
+            }
             if (!(*problems)[i].empty())
                 for (size_t f = first_failed.load(); i < f && !first_failed.compare_exchange_weak(f, i);) {
                 }
