@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "dtype_cuda.cuh"
+#include "quant_cuda.cuh"
 
 namespace kvlm {
 
@@ -25,9 +26,8 @@ constexpr bool kIsQ8Kv = sizeof(T) == 1;
 template <typename T>
 __device__ __forceinline__ float load_kv(const T* kv, int64_t e) {
     if constexpr (kIsQ8Kv<T>) {
-        const uint8_t* block = reinterpret_cast<const uint8_t*>(kv) + (e >> 5) * 34;
-        const float d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(block)));
-        return __fmul_rn(float(int8_t(block[2 + (e & 31)])), d);
+        const uint8_t* block = reinterpret_cast<const uint8_t*>(kv) + (e >> 5) * QuantBlock<DType::q8_0>::kBytes;
+        return dequant_element<DType::q8_0>(block, int(e & 31));
     } else {
         return load_f32(kv, e);
     }
@@ -36,7 +36,7 @@ __device__ __forceinline__ float load_kv(const T* kv, int64_t e) {
 // Byte address of element e (a multiple of 32 for q8_0) of a cache of T.
 template <typename T>
 __device__ __forceinline__ T* kv_at(T* kv, int64_t e) {
-    if constexpr (kIsQ8Kv<T>) return kv + (e >> 5) * 34;
+    if constexpr (kIsQ8Kv<T>) return kv + (e >> 5) * QuantBlock<DType::q8_0>::kBytes;
     else return kv + e;
 }
 

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstring>
 #include <ctime>
-#include <functional>
 #include <system_error>
 #include <thread>
 
@@ -20,7 +19,7 @@ std::string start_fresh_hint(const std::string& name) {
     return fmt::format("start fresh with `kvlm session rm {}` or use another --session name", name);
 }
 
-// Reads and verifies the block files of manifest blocks `indices` into the pool blocks block_of(i), filling
+// Reads and verifies the block files of manifest blocks `indices` into pool blocks `blocks` (one each), filling
 // problems[i] ("" when it verified). Where the pool is host memory the files are read straight into it by up
 // to kMaxReaders threads (a restore then runs at memory speed: each block is copied once by the kernel and
 // checksummed while it is in cache); otherwise one by one through a buffer and write_kv_block. A block after
@@ -28,21 +27,22 @@ std::string start_fresh_hint(const std::string& name) {
 constexpr int kMaxReaders = 4;
 
 void read_blocks(Backend& backend, const SessionStore& store, const SessionManifest& m, const BlockHash& kv_namespace,
-                 const std::vector<size_t>& indices, const std::function<int32_t(size_t)>& block_of,
+                 const std::vector<size_t>& indices, const std::vector<int32_t>& blocks,
                  std::vector<std::string>* problems) {
     const size_t block_bytes = backend.kv_block_bytes();
     if (indices.empty()) return;
-    if (!backend.host_kv_block(block_of(indices[0]))) {
+    if (!backend.host_kv_block(blocks[0])) {
         std::vector<uint8_t> payload(block_bytes);
-        for (size_t i : indices) {
+        for (size_t k = 0; k < indices.size(); k++) {
+            const size_t i = indices[k];
             (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, block_bytes, payload.data());
             if (!(*problems)[i].empty()) return;
-            backend.write_kv_block(block_of(i), payload.data());
+            backend.write_kv_block(blocks[k], payload.data());
         }
         return;
     }
     std::vector<void*> targets;
-    for (size_t i : indices) targets.push_back(backend.host_kv_block(block_of(i)));
+    for (int32_t block : blocks) targets.push_back(backend.host_kv_block(block));
     std::atomic<size_t> next{0}, first_failed{SIZE_MAX};
     auto reader = [&] {
         for (size_t k; (k = next.fetch_add(1)) < indices.size();) {
@@ -180,11 +180,11 @@ RestoredSession restore_session(Engine& engine, const SessionStore& store, const
 
     // 2. Read and verify the claimed blocks' files, straight into the pool where it is host memory.
     std::vector<size_t> to_read;
+    std::vector<int32_t> to_read_blocks;
     for (size_t i = 0; i < claims.size(); i++)
-        if (!claims[i].cached) to_read.push_back(i);
+        if (!claims[i].cached) to_read.push_back(i), to_read_blocks.push_back(claims[i].block);
     std::vector<std::string> problems(claims.size());
-    read_blocks(engine.backend(), store, m, cache.kv_namespace(), to_read,
-                [&](size_t i) { return claims[i].block; }, &problems);
+    read_blocks(engine.backend(), store, m, cache.kv_namespace(), to_read, to_read_blocks, &problems);
 
     // 3. Keep the blocks before the first one that failed (indexing the full ones read from disk), hand back
     //    the rest; the transcript from there on is recomputed.
