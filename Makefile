@@ -43,7 +43,7 @@ LIB_OBJ  := $(SRC_CPP:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 TEST_OBJ := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/kvlm_tests
 
-.PHONY: all check-layers test debug test-sanitize test-cuda-emu test-cuda-emu-smoke fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench bench-peer format deps carry
+.PHONY: all check-layers test debug test-sanitize test-cuda-emu test-cuda-emu-smoke test-gpu-script-emu fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench bench-peer format deps carry
 all: $(BIN)
 
 # The include direction rule of docs/ARCHITECTURE.md (fails naming the include that breaks it).
@@ -113,6 +113,26 @@ test-cuda-emu: $(EMU_BIN) $(EMU_KVLM)
 EMU_SMOKE_ARGS := -tc='cuda kernels: emulator*,cuda kernels: cuBLAS*,cuda backend: stories260K*,cuda backend: KV blocks*,cuda backend: bad forward*,cuda cli: a session*,cuda cli: kvlm bench*,cuda cli: a KV pool*,cuda cli: --kv-dtype auto*,cuda cli: a quantized model*,cuda kernels: quantized*,cuda backend: quantized models decode*,cuda device peaks*'
 test-cuda-emu-smoke:
 	+$(MAKE) test-cuda-emu EMU_ARGS="$(EMU_SMOKE_ARGS)"
+	+$(MAKE) test-gpu-script-emu
+
+# tools/gpu_session.sh's smoke and tests stages over the emulator, with a few cases each, so the script that a
+# lent GPU runs is known to work before one does (needs stories260K and the tokenizers from the test data).
+GPU_SCRIPT_DATA := $(or $(KVLM_TEST_DATA),$(abspath ../shared/models))
+GPU_SCRIPT_OUT  := $(EMU_BUILD)/gpu-script
+test-gpu-script-emu: $(EMU_BIN) $(EMU_KVLM)
+	@if [ ! -f $(GPU_SCRIPT_DATA)/stories260K/stories260K.gguf ]; then \
+	  echo "test-gpu-script-emu: no $(GPU_SCRIPT_DATA)/stories260K/stories260K.gguf"; \
+	  test "$$KVLM_REQUIRE_TEST_DATA" != 1; exit; fi; \
+	rm -rf $(GPU_SCRIPT_OUT) && \
+	for stage in smoke tests; do \
+	  KVLM_CUDA_EMU=1 OUT=$(GPU_SCRIPT_OUT) KVLM_GPU_MODELS=$(GPU_SCRIPT_OUT)/models KVLM_GPU_DATA=$(GPU_SCRIPT_DATA) \
+	    KVLM_GPU_KVLM=$(EMU_KVLM) KVLM_GPU_TESTS=$(EMU_BIN) \
+	    KVLM_GPU_KERNEL_CASES='cuda kernels: emulator*,cuda kernels: kv_write*' \
+	    KVLM_GPU_TEST_CASES='cuda backend: stories260K*,cuda cli: --kv-dtype auto*' \
+	    bash tools/gpu_session.sh $$stage > $(GPU_SCRIPT_OUT)-$$stage.log 2>&1; \
+	  tail -1 $(GPU_SCRIPT_OUT)-$$stage.log; \
+	  grep -q "^VERDICT $$stage: PASS" $(GPU_SCRIPT_OUT)-$$stage.log || { cat $(GPU_SCRIPT_OUT)-$$stage.log; exit 1; }; \
+	done
 
 $(EMU_BIN): $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o) $(EMU_OBJ) $(EMU_SRC_LIB)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)

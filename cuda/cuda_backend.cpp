@@ -16,6 +16,7 @@
 #include "cuda_ops.h"
 #include "device_peaks.h"
 #include "format/model_file.h"
+#include "decode_profile.h"
 #include "graph_cache.h"
 #include "matmul.h"
 #include "util/byte_size.h"
@@ -143,14 +144,19 @@ public:
         fused_decode_ = std::all_of(weights_.layers.begin(), weights_.layers.end(), [](const LayerWeights& lw) {
             return lw.ffn_gate.dtype == lw.ffn_up.dtype;
         });
-        use_graphs_ = options.cuda_graphs && fused_decode_;
+        if (options.cuda_profile && fused_decode_) profile_ = std::make_unique<DecodeProfile>(stream());
+        use_graphs_ = options.cuda_graphs && fused_decode_ && !profile_;
         name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{})", prop_.name, prop_.multiProcessorCount,
                             double(prop_.totalGlobalMem) / kGiB,
-                            use_graphs_ ? ", decode in CUDA graphs" : fused_decode_ ? ", CUDA graphs off" : "");
+                            use_graphs_    ? ", decode in CUDA graphs"
+                            : profile_     ? ", decode profiled: CUDA graphs off"
+                            : fused_decode_ ? ", CUDA graphs off"
+                                           : "");
     }
 
     ~CudaBackend() override {
         if (stream_) cudaStreamSynchronize(stream_->stream);
+        if (profile_ && profile_->steps() > 0) std::fputs(profile_->table().c_str(), stderr);
     }
 
     std::string name() const override { return name_; }
@@ -481,8 +487,16 @@ private:
         const int32_t n_splits =
             paged_attention_split_count(1, config_.n_heads, layout_.n_kv_heads, pos + 1, prop_.multiProcessorCount,
                                         attention_);
-        if (use_graphs_) decode_graphs_.launch(n_splits, stream(), [&] { enqueue_decode(n_splits); });
-        else enqueue_decode(n_splits);
+        if (use_graphs_) {
+            decode_graphs_.launch(n_splits, stream(), [&] { enqueue_decode(n_splits); });
+        } else if (profile_) {
+            profile_pos_ = pos;
+            profile_->begin_step();
+            enqueue_decode(n_splits);
+            profile_->end_step();
+        } else {
+            enqueue_decode(n_splits);
+        }
         CUDA_CHECK(cudaMemcpyAsync(logits, logits_, size_t(config_.n_vocab) * sizeof(float), cudaMemcpyDeviceToHost,
                                    stream()));
         CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -501,7 +515,14 @@ private:
             o.bias = bias ? static_cast<const float*>(bias->data) : nullptr;
             return o;
         };
+        // KVLM_CUDA_PROFILE: an event after each stage, with the bytes the stage must move (weights once,
+        // the K/V it reads, its f32 activations in and out). Never set while a graph is captured.
+        const auto mark = [&](const char* stage, double bytes) {
+            if (profile_) profile_->mark(stage, bytes);
+        };
+        const double f4 = sizeof(float), kv_read = 2.0 * double(layout_.bytes_of(int64_t(profile_pos_ + 1) * kv_dim));
         launch_embed(x_, tokens, weights_.token_embd.data, weights_.token_embd.dtype, 1, dim, s);
+        mark("embed", double(weights_.token_embd.n_bytes()) / c.n_vocab + dim * f4);
         for (int32_t layer = 0; layer < c.n_layers; layer++) {
             const LayerWeights& lw = weights_.layers[size_t(layer)];
             const bool bias = c.qkv_bias;
@@ -509,21 +530,30 @@ private:
                                        output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
                                        output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
             launch_gemv(qkv, 3, x_, dim, f32(lw.attn_norm), c.norm_eps, false, s);
+            mark("gemv q/k/v (rmsnorm inside)",
+                 double(lw.attn_q.n_bytes() + lw.attn_k.n_bytes() + lw.attn_v.n_bytes()) + (dim + q_dim + 2 * kv_dim) * f4);
             launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, block_table, positions, inv_freq_, 1, c.n_heads, s);
+            mark("rope + kv write", (2 * q_dim + 2 * kv_dim) * f4 + double(layout_.bytes_of(2 * int64_t(kv_dim))));
             launch_paged_attention_splits(att_, q_, kv_, layout_, layer, block_table, positions, 1, c.n_heads, n_splits,
                                           attention_, s);
+            mark("attention", kv_read + 2 * q_dim * f4);
             const GemvOutput attn_out = output(x_, lw.attn_output, nullptr, dim);
             launch_gemv(&attn_out, 1, att_, q_dim, nullptr, 0.0f, true, s);  // x += W_o att
+            mark("gemv output (+ residual)", double(lw.attn_output.n_bytes()) + (q_dim + 2 * dim) * f4);
             launch_gemv_swiglu(gate_, x_, lw.ffn_gate.data, lw.ffn_up.data, lw.ffn_gate.dtype, dim, c.n_ff,
                                f32(lw.ffn_norm), c.norm_eps, s);
+            mark("gemv gate/up + swiglu", double(lw.ffn_gate.n_bytes() + lw.ffn_up.n_bytes()) + (dim + c.n_ff) * f4);
             const GemvOutput ffn_out = output(x_, lw.ffn_down, nullptr, dim);
             launch_gemv(&ffn_out, 1, gate_, c.n_ff, nullptr, 0.0f, true, s);  // x += W_down swiglu
+            mark("gemv down (+ residual)", double(lw.ffn_down.n_bytes()) + (c.n_ff + 2 * dim) * f4);
         }
         // The head's norm runs once on its own: fused into the GEMV, every block of the n_vocab rows would
         // recompute it.
         launch_rmsnorm(h_, x_, f32(weights_.output_norm), 1, dim, c.norm_eps, s);
+        mark("head rmsnorm", 2 * dim * f4);
         const GemvOutput head = output(logits_, weights_.output, nullptr, c.n_vocab);
         launch_gemv(&head, 1, h_, dim, nullptr, 0.0f, false, s);
+        mark("head gemv", double(weights_.output.n_bytes()) + (dim + c.n_vocab) * f4);
     }
 
     ModelConfig config_;
@@ -559,6 +589,8 @@ private:
     bool fused_decode_ = false;  // single-token steps use the fused decode kernels (gate and up share a dtype)
     bool use_graphs_ = false;    // ... and replay them as CUDA graphs
     GraphCache decode_graphs_;   // keyed by the attention split count
+    std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
+    int32_t profile_pos_ = 0;    // the profiled step's position (for the K/V bytes attention reads)
     std::string name_;
 };
 

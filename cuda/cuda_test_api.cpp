@@ -115,8 +115,7 @@ void paged_attention(float* out, const float* q, const void* kv, int32_t n_block
                            d_pos.get<int32_t>(), n, n_heads, max_keys, n_sms, scratch, nullptr);
     finish();
     d_out.download(out);
-    std::vector<char> scratch_host(size_t(scratch_rows) * (kCudaMaxHeadDim + 2) * 4);
-    d_scratch.download(scratch_host.data());  // checks its guard bands
+    d_scratch.check_guards();
 }
 
 void swiglu(float* out, const float* gate, const float* up, int32_t n, int32_t n_ff) {

@@ -47,12 +47,14 @@ void paged_attention_splits(float* out, const float* q, const void* kv, int32_t 
                                   nullptr);
     finish();
     d_out.download(out);
-    std::vector<unsigned char> scratch_host(scratch_bytes);
-    d_scratch.download(scratch_host.data());  // checks its guard bands
-    // Unsplit attention writes out directly and must leave the scratch alone.
-    auto poisoned = [](unsigned char b) { return b == 0xFF; };
-    if (n_splits == 1 && !std::all_of(scratch_host.begin(), scratch_host.end(), poisoned))
-        throw_error("paged_attention_splits: n_splits = 1 wrote to the scratch");
+    d_scratch.check_guards();
+    if (n_splits == 1) {  // unsplit attention writes out directly and must leave the scratch alone
+        std::vector<unsigned char> scratch_host(scratch_bytes);
+        d_scratch.download(scratch_host.data());
+        auto poisoned = [](unsigned char b) { return b == 0xFF; };
+        if (!std::all_of(scratch_host.begin(), scratch_host.end(), poisoned))
+            throw_error("paged_attention_splits: n_splits = 1 wrote to the scratch");
+    }
 }
 
 void rope_kv_write(float* q, float* k, const float* v, void* kv, int32_t n_blocks, const KvLayout& layout,

@@ -30,16 +30,21 @@ public:
     void upload(const void* src) {
         if (bytes_) CUDA_CHECK(cudaMemcpy(get(), src, bytes_, cudaMemcpyHostToDevice));
     }
+    // Throws naming the buffer when a kernel wrote into either guard band (copies only the bands back).
+    void check_guards() const {
+        std::vector<unsigned char> before(kGuardBytes), after(kGuardBytes);
+        CUDA_CHECK(cudaMemcpy(before.data(), base_, kGuardBytes, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(after.data(), static_cast<char*>(base_) + kGuardBytes + bytes_, kGuardBytes,
+                              cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < kGuardBytes; i++) {
+            if (before[i] != 0xFF) throw_error("{}: guard band before the buffer written at byte -{}", name_, kGuardBytes - i);
+            if (after[i] != 0xFF) throw_error("{}: guard band after the buffer written at byte +{}", name_, i);
+        }
+    }
     // Copies the contents to dst after checking both guard bands are intact.
     void download(void* dst) const {
-        std::vector<unsigned char> all(bytes_ + 2 * kGuardBytes);
-        CUDA_CHECK(cudaMemcpy(all.data(), base_, all.size(), cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < kGuardBytes; i++) {
-            if (all[i] != 0xFF) throw_error("{}: guard band before the buffer written at byte -{}", name_, kGuardBytes - i);
-            if (all[kGuardBytes + bytes_ + i] != 0xFF)
-                throw_error("{}: guard band after the buffer written at byte +{}", name_, i);
-        }
-        if (bytes_) std::memcpy(dst, all.data() + kGuardBytes, bytes_);
+        check_guards();
+        if (bytes_) CUDA_CHECK(cudaMemcpy(dst, get(), bytes_, cudaMemcpyDeviceToHost));
     }
 
 private:

@@ -1,40 +1,66 @@
 #!/usr/bin/env bash
-# What to run on a lent GPU machine (the `run` tool), in stages that each fit its 10-minute command limit.
+# What to run on a lent GPU machine (the `run` tool), in stages that each end well inside its 10-minute
+# command limit: every step under `timeout`, every log written into $OUT as it runs, and a one-line verdict
+# at the end of each stage ("VERDICT smoke: PASS | ..."), so the reply's output tail always carries it.
 # Build here first: `make carry` (binaries + test data in .carry/), then on the device, carrying .carry:
-#   bash tools/gpu_session.sh tests   # CUDA parity tests, the whole suite, compute-sanitizer on the kernels
-#   bash tools/gpu_session.sh bench   # kvlm bench: stories260K and synthetic SmolLM2-135M, Llama-3.2-1B, Llama-3-8B
-#   bash tools/gpu_session.sh hf      # the same synthetic weights through PyTorch/transformers (side by side)
-#   bash tools/gpu_session.sh all     # the three in order (only when the whole fits one command)
-# Logs and tables go to $OUT (they come back with the tool's reply); converted models stay in
-# $KVLM_GPU_MODELS (default /tmp/kvlm-models) while the machine is warm, so later stages reuse them.
+#   bash tools/gpu_session.sh smoke    # ~2 min: the GPU, cuBLAS, stories260K text GPU == CPU (graphs on, off), kernel cases
+#   bash tools/gpu_session.sh tests    # ~4 min: backend, model and CLI cases; compute-sanitizer memcheck, racecheck, synccheck
+#   bash tools/gpu_session.sh bench    # ~3 min: kvlm bench, SmolLM2-135M and Llama-3.2-1B shapes; per-stage decode profile
+#   bash tools/gpu_session.sh bench8b  # ~2 min: kvlm bench, Llama-3-8B shape
+#   bash tools/gpu_session.sh hf       # ~3 min: the same synthetic weights through PyTorch/transformers
+# Times are session 14's on an H200 (bench/RESULTS.md, "GPU"); docs/CUDA.md says what to do with each verdict.
+# Converted models stay in $KVLM_GPU_MODELS (default /tmp/kvlm-models) while the machine is warm.
+# `make test-gpu-script-emu` runs the smoke and tests stages over the CPU emulator (KVLM_CUDA_EMU=1, with
+# KVLM_GPU_KVLM / KVLM_GPU_TESTS / KVLM_GPU_DATA pointing at its build and the shared data, and fewer cases
+# through KVLM_GPU_KERNEL_CASES / KVLM_GPU_TEST_CASES), so the script is known to work before a GPU sees it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu-session}
 MODELS=${KVLM_GPU_MODELS:-/tmp/kvlm-models}
 CARRY=${CARRY:-.carry}
-KVLM=$PWD/$CARRY/kvlm
-DATA=$PWD/$CARRY/models
+KVLM=$(realpath -m "${KVLM_GPU_KVLM:-$CARRY/kvlm}")
+TESTS=$(realpath -m "${KVLM_GPU_TESTS:-$CARRY/kvlm_tests}")
+DATA=$(realpath -m "${KVLM_GPU_DATA:-$CARRY/models}")
+KERNEL_CASES=${KVLM_GPU_KERNEL_CASES:-cuda kernels*,cuda device peaks*}
+TEST_CASES=${KVLM_GPU_TEST_CASES:-cuda backend*,cuda models*,cuda cli*}
 mkdir -p "$OUT" "$MODELS"
+export KVLM_BIN=$KVLM KVLM_TEST_DATA=$DATA
 
-find_cublas() {  # the directory holding libcublas.so.13 (the GPU image ships it inside PyTorch's wheels)
-    local dir
-    dir=$(python3 -c "import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + '/lib')" 2>/dev/null)
-    if [ -n "$dir" ] && ls "$dir"/libcublas.so.13* >/dev/null 2>&1; then echo "$dir"; return; fi
-    dir=$(find / -name 'libcublas.so.13*' -not -path '*/proc/*' 2>/dev/null | head -1)
-    [ -n "$dir" ] && dirname "$dir"
+FAILS=()
+fail() { FAILS+=("$1"); echo "FAILED: $1"; }
+verdict() {  # verdict STAGE SUMMARY: the stage's last line
+    if ((${#FAILS[@]})); then
+        echo "VERDICT $1: FAIL ($(IFS=';'; echo "${FAILS[*]}")) | $2"
+        return 1
+    fi
+    echo "VERDICT $1: PASS | $2"
+}
+
+# libcublas.so.13 from the usual places (CUDA toolkits, then the Python wheels' nvidia/*/lib folders); never a
+# walk of the whole file system.
+find_cublas() {
+    local dir site
+    for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/targets/x86_64-linux/lib \
+               /usr/local/cuda-*/lib64 /usr/lib/x86_64-linux-gnu; do
+        ls "$dir"/libcublas.so.13* >/dev/null 2>&1 && { echo "$dir"; return; }
+    done
+    for site in $(python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null); do
+        for dir in "$site"/nvidia/cu13/lib "$site"/nvidia/cublas/lib "$site"/nvidia/*/lib; do
+            ls "$dir"/libcublas.so.13* >/dev/null 2>&1 && { echo "$dir"; return; }
+        done
+    done
 }
 CUBLAS_DIR=$(find_cublas)
 [ -n "$CUBLAS_DIR" ] && export LD_LIBRARY_PATH="$CUBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export KVLM_BIN=$KVLM KVLM_TEST_DATA=$DATA
 
 header() {
     echo "== $1: $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
-    echo "   cublas: ${CUBLAS_DIR:-not found}"
+    echo "   kvlm: $KVLM; cublas: ${CUBLAS_DIR:-not found}${KVLM_CUDA_EMU:+; emulated (KVLM_CUDA_EMU=$KVLM_CUDA_EMU)}"
 }
 
 model() {  # model NAME convert-args... -> path of the converted model (converted once per machine)
     local name=$1; shift
-    [ -f "$MODELS/$name.kvlm" ] || "$KVLM" convert "$@" -o "$MODELS/$name.kvlm" --quiet >&2 || return 1
+    [ -f "$MODELS/$name.kvlm" ] || timeout 300 "$KVLM" convert "$@" -o "$MODELS/$name.kvlm" --quiet >&2 || return 1
     echo "$MODELS/$name.kvlm"
 }
 
@@ -42,61 +68,141 @@ synthetic() {  # synthetic SHAPE TOKENIZER
     model "synthetic-$1-bf16" --synthetic "$1" --tokenizer "$DATA/tokenizers/$2" --dtype bf16
 }
 
+# run_cases LOG TIMEOUT FILTER: doctest cases with durations; the slowest and any errors on stderr, doctest's
+# summary on stdout; fails when a case does.
+run_cases() {
+    local log=$1 limit=$2 filter=$3 rc summary
+    timeout "$limit" "$TESTS" -tc="$filter" -d >"$log" 2>&1
+    rc=$?
+    summary=$(grep -E '^\[doctest\] test cases' "$log" | tail -1 | sed 's/\[doctest\] test cases: *//')
+    [ $rc -eq 124 ] && summary="timed out after ${limit}s (${summary:-no summary})"
+    { grep -E '^[0-9.]+ s: ' "$log" | sort -rn | head -5 | sed 's/^/   slowest: /'
+      grep -E 'ERROR|CRASHED' "$log" | head -20; } >&2
+    echo "${summary:-no doctest summary (exit $rc)}"
+    [ $rc -eq 0 ] || return $rc
+    [[ $summary =~ [1-9][0-9]*\ passed ]]  # a filter that matched nothing is no pass
+}
+
+stage_smoke() {
+    header smoke
+    local stories args cpu_out gpu_out eager_out rc kernels loading=""
+    if command -v nvidia-smi >/dev/null; then nvidia-smi >"$OUT/smoke-nvidia-smi.txt" 2>&1 || fail "nvidia-smi"
+    else echo "nvidia-smi: not found"; fi
+    [ -n "$CUBLAS_DIR" ] || [ -n "${KVLM_CUDA_EMU:-}" ] || fail "libcublas.so.13 not found"
+    ldd "$KVLM" | sed 's/^/   ldd: /'
+    stories=$(model stories260K "$DATA/stories260K/stories260K.gguf") || fail "convert stories260K"
+    args=(run -m "$stories" -p "Once upon a time" -n 64 --temp 0)
+    cpu_out=$(timeout 60 "$KVLM" "${args[@]}" --device cpu 2>"$OUT/smoke-cpu.err") || fail "stories260K on the CPU"
+    gpu_out=$(timeout 60 "$KVLM" "${args[@]}" --device cuda -v 2>"$OUT/smoke-cuda.err")
+    rc=$?
+    if [ $rc -ne 0 ]; then  # e.g. a graph capture that met a lazily loaded module: try eager loading once
+        tail -3 "$OUT/smoke-cuda.err"
+        gpu_out=$(CUDA_MODULE_LOADING=EAGER timeout 60 "$KVLM" "${args[@]}" --device cuda -v 2>"$OUT/smoke-cuda.err") &&
+            loading=" (only with CUDA_MODULE_LOADING=EAGER)" || fail "stories260K on CUDA: $(tail -1 "$OUT/smoke-cuda.err")"
+    fi
+    grep -E "kvlm: (device|load)" "$OUT/smoke-cuda.err"
+    eager_out=$(KVLM_CUDA_GRAPHS=0 timeout 60 "$KVLM" "${args[@]}" --device cuda 2>"$OUT/smoke-eager.err") ||
+        fail "stories260K on CUDA with graphs off"
+    [ "$gpu_out" = "$cpu_out" ] || fail "stories260K: CUDA text differs from the CPU's"
+    [ "$eager_out" = "$gpu_out" ] || fail "stories260K: graphs off differ from graphs on"
+    kernels=$(run_cases "$OUT/smoke-kernels.log" 240 "$KERNEL_CASES") ||
+        fail "kernel cases: $kernels"
+    verdict smoke "stories260K 64 tokens CUDA == CPU == graphs off$loading; kernel cases: $kernels"
+}
+
+# sanitize TOOL TIMEOUT FILTER: compute-sanitizer over some cases; its summary line.
+sanitize() {
+    local tool=$1 limit=$2 filter=$3 log="$OUT/tests-$1.log" rc
+    timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$TESTS" -tc="$filter" >"$log" 2>&1
+    rc=$?
+    grep -E '^=========' "$log" | grep -v -E 'COMPUTE-SANITIZER' | head -10 >&2
+    case $rc in
+    0) echo "$tool: clean" ;;
+    124) echo "$tool: timed out after ${limit}s (no error before)" ;;
+    *) echo "$tool: errors (exit $rc, $log)"; return 1 ;;
+    esac
+}
+
 stage_tests() {
     header tests
-    "$CARRY/kvlm_tests" -tc='cuda*' 2>&1 | tee "$OUT/tests-cuda.log"
-    # Everything (the smollm2 cases skip: its GGUF does not travel).
-    "$CARRY/kvlm_tests" 2>&1 | tail -40 | tee "$OUT/tests-all.log"
+    local cases memcheck="-" racecheck="-" synccheck="-"
+    cases=$(run_cases "$OUT/tests-cases.log" 300 "$TEST_CASES") || fail "cases: $cases"
     if command -v compute-sanitizer >/dev/null; then
-        timeout 240 compute-sanitizer --error-exitcode 9 "$CARRY/kvlm_tests" -tc='cuda kernels*' 2>&1 | tail -30 |
-            tee "$OUT/tests-sanitizer.log"
+        memcheck=$(sanitize memcheck 120 'cuda kernels: gemv*,cuda kernels: decode-step*') ||
+            fail "$memcheck"
+        local prefill='cuda kernels: prefill attention on tensor cores vs the CPU twin'
+        racecheck=$(sanitize racecheck 90 "$prefill") || fail "$racecheck"
+        synccheck=$(sanitize synccheck 60 "$prefill") || fail "$synccheck"
+    else
+        memcheck="compute-sanitizer not found"
     fi
+    verdict tests "cases: $cases; $memcheck; $racecheck; $synccheck"
+}
+
+# tg_rate BENCH_OUTPUT: the tg128 t/s of a markdown bench table.
+tg_rate() { grep -E '\| tg[0-9]+ \|' | head -1 | awk -F'|' '{gsub(/ /, "", $7); print $7}'; }
+
+# bench_model NAME MODEL: throughput, scenarios, q8_0 KV and the decode profile of one model.
+bench_model() {
+    local name=$1 m=$2 plan="-p 512 -n 128 -d 0,4096 -r 3"
+    echo && echo "### $name: kvlm bench $plan --kv-dtype bf16" && echo
+    timeout 150 "$KVLM" bench -m "$m" --device cuda $plan --kv-dtype bf16 2>&1 | tee "$OUT/bench-$name.md" ||
+        fail "$name bench"
+    echo && echo "### $name, q8_0 KV: -p 512 -n 128 -r 3 --no-scenarios" && echo
+    timeout 60 "$KVLM" bench -m "$m" --device cuda -p 512 -n 128 -r 3 --kv-dtype q8_0 --no-scenarios 2>&1 |
+        tee -a "$OUT/bench-$name.md" || fail "$name bench q8_0"
+    echo && echo "### $name: decode profile (KVLM_CUDA_PROFILE=1, 64 tokens at depth 0)" && echo
+    KVLM_CUDA_PROFILE=1 timeout 60 "$KVLM" bench -m "$m" --device cuda -p 0 -n 64 -r 1 --kv-dtype bf16 --no-scenarios \
+        2>&1 >/dev/null | grep -E '^(\||kvlm: decode profile)' | tee "$OUT/profile-$name.md" || fail "$name profile"
 }
 
 stage_bench() {
     header bench
-    local stories l1b smol l8b
-    stories=$(model stories260K "$DATA/stories260K/stories260K.gguf")
-    smol=$(synthetic smollm2-135m smollm2)
-    l1b=$(synthetic llama-3.2-1b llama3)
-    l8b=$(synthetic llama-3-8b llama3)
-    {
-        echo "kvlm bench, $(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-        # bf16 weights with a bf16 KV cache (what a GPU user runs; prefill attention on tensor cores).
-        local plan="-p 512,2048 -n 128 -d 0,4096 -r 5 --kv-dtype bf16"
-        for m in "$smol" "$l1b" "$l8b"; do
-            [ -n "$m" ] || continue
-            echo && echo "### $(basename "$m" .kvlm): kvlm bench $plan" && echo
-            "$KVLM" bench -m "$m" --device cuda $plan
-        done
-        echo && echo "### stories260K (f32): kvlm bench -p 512 -n 128 -r 5" && echo
-        "$KVLM" bench -m "$stories" --device cuda -p 512 -n 128 -r 5
-        echo && echo "### f32 KV cache (flash-decoding prefill attention), Llama-3.2-1B shape" && echo
-        "$KVLM" bench -m "$l1b" --device cuda -p 512,2048 -n 128 -r 5 --kv-dtype f32 --no-scenarios
-        echo && echo "### decode with CUDA graphs off (KVLM_CUDA_GRAPHS=0), SmolLM2-135M shape" && echo
-        KVLM_CUDA_GRAPHS=0 "$KVLM" bench -m "$smol" --device cuda -p 0 -n 128 -r 5 --kv-dtype bf16 --no-scenarios
-    } 2>&1 | tee "$OUT/bench.md"
+    local smol l1b
+    smol=$(synthetic smollm2-135m smollm2) || fail "convert SmolLM2 shape"
+    l1b=$(synthetic llama-3.2-1b llama3) || fail "convert Llama-3.2-1B shape"
+    [ -n "$smol" ] && bench_model smollm2-135m "$smol"
+    [ -n "$l1b" ] && bench_model llama-3.2-1b "$l1b"
+    verdict bench "tg128 t/s: SmolLM2-135M $(tg_rate <"$OUT/bench-smollm2-135m.md" 2>/dev/null), Llama-3.2-1B $(tg_rate <"$OUT/bench-llama-3.2-1b.md" 2>/dev/null) (bf16 weights and KV)"
+}
+
+stage_bench8b() {
+    header bench8b
+    local l8b
+    l8b=$(synthetic llama-3-8b llama3) || fail "convert Llama-3-8B shape"
+    [ -n "$l8b" ] && {
+        echo "### llama-3-8b: kvlm bench -p 512,2048 -n 128 -r 3 --kv-dtype bf16 --no-scenarios"
+        timeout 150 "$KVLM" bench -m "$l8b" --device cuda -p 512,2048 -n 128 -r 3 --kv-dtype bf16 --no-scenarios 2>&1 |
+            tee "$OUT/bench-llama-3-8b.md" || fail "8B bench"
+        KVLM_CUDA_PROFILE=1 timeout 60 "$KVLM" bench -m "$l8b" --device cuda -p 0 -n 32 -r 1 --kv-dtype bf16 --no-scenarios \
+            2>&1 >/dev/null | grep -E '^(\||kvlm: decode profile)' | tee "$OUT/profile-llama-3-8b.md" || fail "8B profile"
+    }
+    verdict bench8b "tg128 t/s: Llama-3-8B $(tg_rate <"$OUT/bench-llama-3-8b.md" 2>/dev/null)"
 }
 
 stage_hf() {
     header hf
-    {
-        for shape in smollm2-135m:smollm2 llama-3.2-1b:llama3 llama-3-8b:llama3; do
-            local m dir
-            m=$(synthetic "${shape%%:*}" "${shape##*:}") || continue
-            dir="$MODELS/$(basename "$m" .kvlm)-hf"
-            [ -f "$dir/config.json" ] || python3 bench/export_hf.py "$m" "$dir"
-            echo "### $(basename "$m" .kvlm) through transformers"
-            PYTHONUNBUFFERED=1 python3 bench/transformers_bench.py "$dir" -p 2048 -n 128 -r 3
-            PYTHONUNBUFFERED=1 python3 bench/transformers_bench.py "$dir" -p 0 -n 128 -r 3 --static-cache
-        done
-    } 2>&1 | tee "$OUT/hf.md"
+    local shape m dir
+    for shape in smollm2-135m:smollm2 llama-3.2-1b:llama3 llama-3-8b:llama3; do
+        m=$(synthetic "${shape%%:*}" "${shape##*:}") || { fail "convert ${shape%%:*}"; continue; }
+        dir="$MODELS/$(basename "$m" .kvlm)-hf"
+        [ -f "$dir/config.json" ] || timeout 200 python3 bench/export_hf.py "$m" "$dir" || { fail "export ${shape%%:*}"; continue; }
+        echo "### $(basename "$m" .kvlm) through transformers"
+        PYTHONUNBUFFERED=1 timeout 100 python3 bench/transformers_bench.py "$dir" -p 2048 -n 128 -r 3 2>&1 | grep '^|' ||
+            fail "transformers ${shape%%:*}"
+        PYTHONUNBUFFERED=1 timeout 100 python3 bench/transformers_bench.py "$dir" -p 0 -n 128 -r 3 --static-cache 2>&1 |
+            grep '^|' || fail "transformers static ${shape%%:*}"
+    done 2>&1 | tee "$OUT/hf.md"
+    local line  # the loop ran in a pipeline's subshell: its failures come back through the log
+    while read -r line; do FAILS+=("${line#FAILED: }"); done < <(grep '^FAILED: ' "$OUT/hf.md")
+    verdict hf "$(grep -c '^| transformers' "$OUT/hf.md") transformers rows in $OUT/hf.md"
 }
 
 case "${1:-}" in
+smoke) stage_smoke ;;
 tests) stage_tests ;;
 bench) stage_bench ;;
+bench8b) stage_bench8b ;;
 hf) stage_hf ;;
-all) stage_tests; stage_bench; stage_hf ;;
-*) echo "usage: $0 tests|bench|hf|all" >&2; exit 2 ;;
+*) echo "usage: $0 smoke|tests|bench|bench8b|hf" >&2; exit 2 ;;
 esac

@@ -24,6 +24,7 @@ struct BackendOptions {
     int32_t block_size = 16;      // tokens per KV block
     DType kv_dtype = DType::f32;  // element type of the KV cache
     bool cuda_graphs = true;      // CUDA: replay decode steps as CUDA graphs (KVLM_CUDA_GRAPHS=0 turns off)
+    bool cuda_profile = false;    // CUDA: time each stage of the decode steps, graphs off (KVLM_CUDA_PROFILE=1)
     // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
     // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
     double kv_mem_fraction = 0;

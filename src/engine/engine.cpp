@@ -124,6 +124,9 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     // A debugging switch (like llama.cpp's GGML_CUDA_DISABLE_GRAPHS): the same kernels, launched one by one.
     if (const char* graphs = std::getenv("KVLM_CUDA_GRAPHS"); graphs && std::strcmp(graphs, "0") == 0)
         backend_options.cuda_graphs = false;
+    // Per-stage decode times on stderr when the backend closes (docs/CUDA.md, "Decode profile").
+    if (const char* profile = std::getenv("KVLM_CUDA_PROFILE"); profile && std::strcmp(profile, "0") != 0)
+        backend_options.cuda_profile = true;
     int64_t blocks_for_ctx = (int64_t(n_ctx_) + options.block_size - 1) / options.block_size;
     if (options.kv_mem_bytes > 0) {
         uint64_t block_bytes = kv_bytes_per_token(config, kv_dtype_) * uint64_t(options.block_size);

@@ -3,7 +3,8 @@
 // `--device auto` says it picked CUDA, a session saved and restored on the GPU continues as the same
 // session does on the CPU (same texts, same reuse counts), and `kvlm bench --device cuda` reports the
 // bandwidth and FLOP/s columns; a KV pool that does not fit in device memory is a clear error; --kv-dtype
-// auto follows the model's weight type on the GPU; quantized stories260K gives the CPU's greedy text. Without a usable device (or in CUDA=0 builds) each case
+// auto follows the model's weight type on the GPU; quantized stories260K gives the CPU's greedy text;
+// KVLM_CUDA_PROFILE=1 prints the decode stages' table and keeps the text. Without a usable device (or in CUDA=0 builds) each case
 // says "SKIPPED: no CUDA device (...)" and passes.
 #include <doctest/doctest.h>
 
@@ -91,6 +92,18 @@ TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, 
     REQUIRE_MESSAGE(eager.exit_code == 0, eager.err);
     CHECK(eager.err.find("CUDA graphs off") != std::string::npos);
     CHECK(eager.out == r.out);
+
+    // KVLM_CUDA_PROFILE: the same text, and a table of the decode stages on stderr.
+    CliResult profiled = run_shell("KVLM_CUDA_PROFILE=1 " + kvlm_command(cuda_args));
+    REQUIRE_MESSAGE(profiled.exit_code == 0, profiled.err);
+    CHECK(profiled.out == r.out);
+    CHECK(profiled.err.find("decode profiled: CUDA graphs off") != std::string::npos);
+    std::smatch steps;
+    REQUIRE_MESSAGE(std::regex_search(profiled.err, steps, std::regex("decode profile over (\\d+) steps")), profiled.err);
+    CHECK(std::stoi(steps[1].str()) >= 199);  // 200 tokens: one from the prompt's logits, the rest decoded
+    // stories260K has 5 layers: 5 launches per step of each per-layer stage.
+    for (const char* stage : {"| gemv q/k/v (rmsnorm inside) | 5 |", "| attention | 5 |", "| head gemv | 1 |", "| total | "})
+        CHECK_MESSAGE(profiled.err.find(stage) != std::string::npos, stage, "\n", profiled.err);
 
     std::vector<std::string> auto_args = args;
     auto_args.push_back("-v");  // the device line is printed with -v only

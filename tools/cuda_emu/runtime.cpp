@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -48,6 +49,10 @@ struct CUstream_st {
 struct CUevent_st {
     CUstream_st* stream = nullptr;  // where it was last recorded (nullptr: never, or into a capture)
     uint64_t sequence = 0;          // the stream's operations up to this one precede it
+    // Host time when the event was first seen complete (cudaEventElapsedTime): emulated work runs lazily,
+    // so intervals say nothing about a GPU's speed.
+    std::chrono::steady_clock::time_point done{};
+    bool stamped = false;
 };
 
 namespace kvlm_emu {
@@ -450,13 +455,24 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
         event->stream = nullptr;  // an event node in the graph: nothing to wait for from the host
         return cudaSuccess;
     }
-    event->stream = s, event->sequence = s->last_queued;
+    event->stream = s, event->sequence = s->last_queued, event->stamped = false;
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (!event) return fail(cudaErrorInvalidResourceHandle);
     if (kvlm_emu::forbidden_while_capturing()) return fail(cudaErrorStreamCaptureUnsupported);
     if (event->stream && rt().streams.count(event->stream)) kvlm_emu::run_until(event->stream, event->sequence);
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms || !start || !end) return fail(cudaErrorInvalidResourceHandle);
+    if (kvlm_emu::forbidden_while_capturing()) return fail(cudaErrorStreamCaptureUnsupported);
+    for (cudaEvent_t event : {start, end}) {
+        if (!event->stream) return fail(cudaErrorInvalidResourceHandle);  // never recorded outside a capture
+        if (rt().streams.count(event->stream)) kvlm_emu::run_until(event->stream, event->sequence);
+        if (!event->stamped) event->done = std::chrono::steady_clock::now(), event->stamped = true;
+    }
+    *ms = std::chrono::duration<float, std::milli>(end->done - start->done).count();
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
