@@ -18,6 +18,7 @@
 #include "format/model_file.h"
 #include "decode_profile.h"
 #include "graph_cache.h"
+#include "sample_host.h"
 #include "matmul.h"
 #include "util/byte_size.h"
 #include "util/error.h"
@@ -145,6 +146,7 @@ public:
             return lw.ffn_gate.dtype == lw.ffn_up.dtype;
         });
         if (options.cuda_profile && fused_decode_) profile_ = std::make_unique<DecodeProfile>(stream());
+        transfer_stats_ = options.cuda_transfer_stats;
         use_graphs_ = options.cuda_graphs && fused_decode_ && !profile_;
         name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{})", prop_.name, prop_.multiProcessorCount,
                             double(prop_.totalGlobalMem) / kGiB,
@@ -157,6 +159,9 @@ public:
     ~CudaBackend() override {
         if (stream_) cudaStreamSynchronize(stream_->stream);
         if (profile_ && profile_->steps() > 0) std::fputs(profile_->table().c_str(), stderr);
+        if (transfer_stats_ && decode_steps_ > 0)
+            fmt::print(stderr, "kvlm: CUDA transfers: {} decode steps, {} bytes device to host ({} per step)\n",
+                       decode_steps_, decode_d2h_bytes_, decode_d2h_bytes_ / decode_steps_);
     }
 
     std::string name() const override { return name_; }
@@ -326,6 +331,11 @@ private:
         converted_ = arena_.alloc<uint16_t>(b * widest, "GEMM input scratch");
         allocate_dequant_tile();
         logits_ = arena_.alloc<float>(size_t(std::min(max_batch_, kLogitsRows)) * c.n_vocab, "the logits buffer");
+        sample_in_ = arena_.alloc<SampleInputs>(1, "the sampler's inputs");
+        sample_out_ = arena_.alloc<SampleResult>(1, "the sampler's result");
+        sample_pinned_ = std::make_unique<PinnedBuffer>(sizeof(SampleInputs) + sizeof(SampleResult));
+        sample_in_host_ = reinterpret_cast<SampleInputs*>(sample_pinned_->data());
+        sample_out_host_ = reinterpret_cast<SampleResult*>(sample_pinned_->data() + sizeof(SampleInputs));
         attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;
         attention_.partials = arena_.alloc<float>(size_t(attention_.max_rows) * (kCudaMaxHeadDim + 2),
                                                   "attention scratch");
@@ -474,32 +484,85 @@ private:
     // the whole step - everything but the input upload and the logits download - replays as one CUDA graph
     // per split count. The graph's kernels read the token, its position and the block table from ints_.
     void decode_step(int32_t token, int32_t pos, const BlockTable& table, float* logits) {
+        run_decode(upload_decode_inputs(token, pos, table), pos, false);
+        copy_logits_back(logits);
+        CUDA_CHECK(cudaStreamSynchronize(stream()));
+    }
+
+    bool samples_on_device(const SampleRequest& r) const override {
+        if (!fused_decode_ || r.n_penalty < 0 || r.n_penalty > kSampleMaxPenalty) return false;
+        const int32_t n_vocab = config_.n_vocab;
+        if (r.temperature <= 0.0f || n_vocab == 1) return true;                          // greedy
+        if (r.top_k > 0 && r.top_k < n_vocab) return r.top_k <= kSampleMaxCandidates;  // top-k
+        return r.min_p > 0.0f && r.min_p <= 1.0f;  // top-k off: the min-p floor bounds the candidates
+    }
+
+    // The decode step with sample.cu as its last launch (inside the graph): the token id, status and digest
+    // come back through pinned memory; the logits only when the device could not sample.
+    SampleOutcome decode_sample(int32_t token, int32_t pos, const BlockTable& table, const SampleRequest& request,
+                                float* logits) override {
+        check_forward(&token, 1, pos, table);
+        if (!samples_on_device(request)) {
+            forward(&token, 1, pos, table, logits, false);
+            return {};
+        }
+        const size_t input_bytes = fill_sample_inputs(sample_in_host_, request);
+        const int32_t n_splits = upload_decode_inputs(token, pos, table);
+        CUDA_CHECK(cudaMemcpyAsync(sample_in_, sample_in_host_, input_bytes, cudaMemcpyHostToDevice, stream()));
+        run_decode(n_splits, pos, true);
+        CUDA_CHECK(cudaMemcpyAsync(sample_out_host_, sample_out_, sizeof(SampleResult), cudaMemcpyDeviceToHost, stream()));
+        CUDA_CHECK(cudaStreamSynchronize(stream()));
+        decode_d2h_bytes_ += sizeof(SampleResult);
+        const SampleOutcome out = sample_outcome(*sample_out_host_);
+        if (out.status == SampleOutcome::kNeedsHost) {  // the kernel put the logits back as they came
+            copy_logits_back(logits);
+            CUDA_CHECK(cudaStreamSynchronize(stream()));
+        }
+        return out;
+    }
+
+    // Stages the token, its position and the table's blocks in use for the decode graph (one small upload);
+    // returns the attention split count, which picks the graph.
+    int32_t upload_decode_inputs(int32_t token, int32_t pos, const BlockTable& table) {
         const int64_t n_blocks_used = int64_t(pos) / layout_.block_size + 1;
         ensure_table_capacity(n_blocks_used);  // clears the graphs when ints_ moves
         int32_t* host = reinterpret_cast<int32_t*>(ints_host_->data());
         host[decode_at()] = token;
         host[decode_at() + 1] = pos;
         std::memcpy(host + table_at(), table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
-        // One small upload (token, position, the table's blocks in use), not the batch slots.
         CUDA_CHECK(cudaMemcpyAsync(ints_ + decode_at(), host + decode_at(),
                                    size_t(table_at() - decode_at() + n_blocks_used) * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, stream()));
-        const int32_t n_splits =
-            paged_attention_split_count(1, config_.n_heads, layout_.n_kv_heads, pos + 1, prop_.multiProcessorCount,
-                                        attention_);
+        decode_steps_++;
+        return paged_attention_split_count(1, config_.n_heads, layout_.n_kv_heads, pos + 1, prop_.multiProcessorCount,
+                                           attention_);
+    }
+
+    // The decode step's launches (plus the sampling kernel): replayed as the graph of (split count,
+    // sampling), captured on first use; launched one by one with graphs off or under the profile.
+    void run_decode(int32_t n_splits, int32_t pos, bool sample) {
+        const auto enqueue = [&] {
+            enqueue_decode(n_splits);
+            if (!sample) return;
+            launch_sample(logits_, config_.n_vocab, sample_in_, sample_out_, stream());
+            if (profile_) profile_->mark("sample", double(config_.n_vocab) * sizeof(float) * 2);
+        };
         if (use_graphs_) {
-            decode_graphs_.launch(n_splits, stream(), [&] { enqueue_decode(n_splits); });
+            decode_graphs_.launch(int64_t(n_splits) * 2 + (sample ? 1 : 0), stream(), enqueue);
         } else if (profile_) {
             profile_pos_ = pos;
             profile_->begin_step();
-            enqueue_decode(n_splits);
+            enqueue();
             profile_->end_step();
         } else {
-            enqueue_decode(n_splits);
+            enqueue();
         }
+    }
+
+    void copy_logits_back(float* logits) {
         CUDA_CHECK(cudaMemcpyAsync(logits, logits_, size_t(config_.n_vocab) * sizeof(float), cudaMemcpyDeviceToHost,
                                    stream()));
-        CUDA_CHECK(cudaStreamSynchronize(stream()));
+        decode_d2h_bytes_ += uint64_t(config_.n_vocab) * sizeof(float);
     }
 
     // The decode step's launches (captured into a graph or run directly): 6 per layer, 7 when attention splits.
@@ -590,6 +653,14 @@ private:
     bool use_graphs_ = false;    // ... and replay them as CUDA graphs
     GraphCache decode_graphs_;   // keyed by the attention split count
     std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
+    SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample)
+    SampleResult* sample_out_ = nullptr;      // device: its result
+    std::unique_ptr<PinnedBuffer> sample_pinned_;  // host staging of both
+    SampleInputs* sample_in_host_ = nullptr;
+    SampleResult* sample_out_host_ = nullptr;
+    bool transfer_stats_ = false;   // KVLM_CUDA_TRANSFERS=1: print the counters below at the end
+    int64_t decode_steps_ = 0;
+    uint64_t decode_d2h_bytes_ = 0;  // device-to-host bytes of decode steps (logits or sampled ids)
     int32_t profile_pos_ = 0;    // the profiled step's position (for the K/V bytes attention reads)
     std::string name_;
 };

@@ -25,6 +25,27 @@ void launch_dequantize_f16(void* out,      // [n_elements] f16
                            const void* w,  // [n_elements / 32] blocks in dtype
                            DType dtype, int64_t n_elements, cudaStream_t stream);
 
+// sample.cu: the next token picked where the logits are, by the CPU sampler's rule (one thread block). Inputs
+// and result sit in device memory at fixed addresses, so the launch can end a captured decode graph.
+constexpr int32_t kSampleMaxCandidates = 1024;  // a larger top-k, or more min-p survivors: the host samples
+constexpr int32_t kSampleMaxPenalty = 1024;     // distinct tokens the repetition penalty may list
+struct SampleInputs {
+    float temperature, top_p, min_p, repeat_penalty;  // as SamplingParams; penalty tokens listed once each
+    int32_t top_k, n_penalty;
+    double u01;  // the sampler's draw in [0, 1) for this step
+    int32_t penalty_tokens[kSampleMaxPenalty];
+};
+enum SampleStatus : int32_t { kSampleOk = 0, kSampleBadNan = 1, kSampleBadInf = 2, kSampleNeedsHost = 3 };
+struct SampleResult {
+    int32_t token;      // kSampleOk: the chosen token
+    int32_t status;     // SampleStatus; kSampleNeedsHost leaves the logits as they came (penalty undone)
+    int32_t bad_index;  // kSampleBadNan/Inf: the first non-finite logit
+    int32_t unused;
+    unsigned long long digest;  // order-independent 64-bit digest of the (penalized) logits
+};
+void launch_sample(float* logits,  // [n_vocab], penalized in place
+                   int32_t n_vocab, const SampleInputs* inputs, SampleResult* result, cudaStream_t stream);
+
 // rmsnorm.cu: out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps). out may alias x.
 void launch_rmsnorm(float* out,           // [n, dim]
                     const float* x,       // [n, dim]

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "compute/backend.h"
 #include "compute/cpu_ops.h"
 
 namespace kvlm::cuda_test {
@@ -16,6 +17,10 @@ namespace kvlm::cuda_test {
 bool device_available(std::string* why_not);
 // cuBLAS can be loaded too (needed for matmul and the backend).
 bool cublas_available(std::string* why_not);
+
+// sample.cu through launch_sample, as CudaBackend::decode_sample runs it: `logits` [n_vocab] in, and out as
+// the kernel left them (penalized; as they came when the outcome is kNeedsHost).
+SampleOutcome sample(float* logits, int32_t n_vocab, const SampleRequest& request);
 
 void embed(float* out, const int32_t* tokens, const void* table, DType dtype, int32_t n, int32_t dim,
            int32_t n_vocab);

@@ -39,9 +39,25 @@ struct GemvParams {
 
 // 1 / rms(x) as rmsnorm_cpu computes it: 1 / sqrt(sum(x^2) / n + eps). Every thread of the block must call
 // it (it synchronizes); the reduction order depends only on blockDim, so every block gets the same value.
-__device__ inline float block_rms_scale(const float* x, int32_t n, float eps, float* warp_sums /* [kMaxWarps] */) {
+// x and norm_weight as float4 when both allow it (n a multiple of 4, 16-byte aligned): the prologue's loads
+// are dependent round trips to L2, and this makes a quarter as many per thread (n_in 576 on 256 threads: one
+// instead of three).
+__device__ __forceinline__ bool float4_input(const float* x, const float* norm_weight, int32_t n) {
+    return n % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+           (!norm_weight || reinterpret_cast<uintptr_t>(norm_weight) % 16 == 0);
+}
+
+__device__ inline float block_rms_scale(const float* x, int32_t n, float eps, bool vec4,
+                                        float* warp_sums /* [kMaxWarps] */) {
     float sum = 0.0f;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) sum = fmaf(x[i], x[i], sum);
+    if (vec4) {
+        for (int32_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+            const float4 v = __ldg(reinterpret_cast<const float4*>(x) + i);
+            sum = fmaf(v.x, v.x, sum), sum = fmaf(v.y, v.y, sum), sum = fmaf(v.z, v.z, sum), sum = fmaf(v.w, v.w, sum);
+        }
+    } else {
+        for (int32_t i = threadIdx.x; i < n; i += blockDim.x) sum = fmaf(x[i], x[i], sum);
+    }
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
     __syncthreads();
@@ -57,10 +73,23 @@ template <bool kShared>
 __device__ __forceinline__ float stage_input(const GemvParams& p, float* x_shared, float* warp_sums /* [kMaxWarps] */) {
     const float* __restrict__ x = p.x;
     const float* __restrict__ norm_weight = p.norm_weight;
-    const float scale = norm_weight ? block_rms_scale(x, p.n_in, p.norm_eps, warp_sums) : 1.0f;
+    const bool vec4 = float4_input(x, norm_weight, p.n_in);
+    const float scale = norm_weight ? block_rms_scale(x, p.n_in, p.norm_eps, vec4, warp_sums) : 1.0f;
     if (kShared) {
-        for (int32_t i = threadIdx.x; i < p.n_in; i += blockDim.x)
-            x_shared[i] = norm_weight ? norm_weight[i] * (x[i] * scale) : x[i];
+        if (vec4) {
+            float4* x_shared4 = reinterpret_cast<float4*>(x_shared);
+            for (int32_t i = threadIdx.x; i < p.n_in / 4; i += blockDim.x) {
+                float4 v = __ldg(reinterpret_cast<const float4*>(x) + i);
+                if (norm_weight) {
+                    const float4 g = __ldg(reinterpret_cast<const float4*>(norm_weight) + i);
+                    v.x = g.x * (v.x * scale), v.y = g.y * (v.y * scale), v.z = g.z * (v.z * scale), v.w = g.w * (v.w * scale);
+                }
+                x_shared4[i] = v;
+            }
+        } else {
+            for (int32_t i = threadIdx.x; i < p.n_in; i += blockDim.x)
+                x_shared[i] = norm_weight ? norm_weight[i] * (x[i] * scale) : x[i];
+        }
         __syncthreads();
     }
     return scale;

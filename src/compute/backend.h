@@ -25,6 +25,7 @@ struct BackendOptions {
     DType kv_dtype = DType::f32;  // element type of the KV cache
     bool cuda_graphs = true;      // CUDA: replay decode steps as CUDA graphs (KVLM_CUDA_GRAPHS=0 turns off)
     bool cuda_profile = false;    // CUDA: time each stage of the decode steps, graphs off (KVLM_CUDA_PROFILE=1)
+    bool cuda_transfer_stats = false;  // CUDA: device-to-host bytes per decode step on stderr (KVLM_CUDA_TRANSFERS=1)
     // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
     // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
     double kv_mem_fraction = 0;
@@ -36,6 +37,25 @@ struct DevicePeaks {
     double memory_gb_s = 0;   // DRAM/HBM bandwidth, GB/s (1e9 bytes)
     double bf16_tflops = 0;   // dense bf16 tensor-core throughput with f32 accumulation, TFLOP/s
     std::string source;       // where the figures come from ("datasheet: H100 SXM5", "clock x bus width")
+};
+
+// One decode step that picks its next token where the logits are (Backend::decode_sample): the sampler's
+// settings (generate/sampler.h), the distinct tokens its repetition penalty touches this step, and the
+// uniform draw in [0, 1) the CPU sampler takes for it, so that the same seed gives the same tokens either way.
+struct SampleRequest {
+    float temperature = 0, top_p = 1, min_p = 0, repeat_penalty = 1;
+    int32_t top_k = 0;
+    const int32_t* penalty_tokens = nullptr;  // each token once
+    int32_t n_penalty = 0;
+    double u01 = 0;
+};
+struct SampleOutcome {
+    enum Status { kToken, kNeedsHost, kBadLogit };
+    Status status = kNeedsHost;
+    int32_t token = -1;          // kToken: the chosen token
+    int32_t bad_index = -1;      // kBadLogit: the first NaN or infinite logit
+    bool bad_is_nan = false;
+    uint64_t logits_digest = 0;  // kToken, kBadLogit: a 64-bit digest of the step's logits
 };
 
 class Backend : public KvBlockStorage {
@@ -50,6 +70,19 @@ public:
     // ([n_vocab]) into `logits`, or for every token ([n_tokens, n_vocab]) when all_logits is true.
     virtual void forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table,
                          float* logits, bool all_logits = false) = 0;
+
+    // Whether decode_sample picks tokens on the device for these settings (CUDA: greedy; top-k up to 1024; or
+    // top-k off with a min-p floor; at most 1024 penalty tokens). Otherwise decode_sample is forward().
+    virtual bool samples_on_device(const SampleRequest& request) const { return false; }
+    // forward() of one token whose logits stay where they are computed: the next token is picked there and
+    // only its id comes back (kToken), or the step's first bad logit (kBadLogit). kNeedsHost: the logits are
+    // in `logits` [n_vocab] for the CPU sampler (with the same draw): a backend that does not sample, or more
+    // candidates than the device sorts.
+    virtual SampleOutcome decode_sample(int32_t token, int32_t pos, const BlockTable& table,
+                                        const SampleRequest& request, float* logits) {
+        forward(&token, 1, pos, table, logits, false);
+        return {};
+    }
 
     virtual DevicePeaks peaks() const { return {}; }
 };

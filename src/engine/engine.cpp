@@ -127,6 +127,9 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     // Per-stage decode times on stderr when the backend closes (docs/CUDA.md, "Decode profile").
     if (const char* profile = std::getenv("KVLM_CUDA_PROFILE"); profile && std::strcmp(profile, "0") != 0)
         backend_options.cuda_profile = true;
+    // Device-to-host bytes per decode step on stderr when the backend closes (a debugging counter).
+    if (const char* transfers = std::getenv("KVLM_CUDA_TRANSFERS"); transfers && std::strcmp(transfers, "0") != 0)
+        backend_options.cuda_transfer_stats = true;
     int64_t blocks_for_ctx = (int64_t(n_ctx_) + options.block_size - 1) / options.block_size;
     if (options.kv_mem_bytes > 0) {
         uint64_t block_bytes = kv_bytes_per_token(config, kv_dtype_) * uint64_t(options.block_size);

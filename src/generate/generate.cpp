@@ -80,10 +80,18 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     const bool strip_space_after_bos = tokenizer.data().type == "spm" && tokenizer.data().add_space_prefix;
     Utf8StreamDecoder decoder;
     auto decode_start = Clock::now();
+    Backend& backend = engine.backend();
+    // Chains the step's logits into the -v hash and picks the token on the host.
+    auto sample_on_host = [&](double u01) {
+        result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
+        return sampler.sample(logits.data(), n_vocab, seq.tokens, u01);
+    };
+    // The first token comes from the prompt's logits (on the host); each later one from a decode step, which
+    // a backend that samples on the device (CUDA) ends by picking the token there: only its id comes back,
+    // and the hash chains the device's digest of the logits instead of their bytes.
+    int32_t token = n_predict != 0 ? sample_on_host(sampler.draw(n_vocab)) : -1;
     if (n_predict == 0) result.stop_reason = "token limit";
     for (int32_t step = 0; n_predict != 0; step++) {
-        result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
-        int32_t token = sampler.sample(logits.data(), n_vocab, seq.tokens);
         if (step == 0) result.first_token_seconds = seconds_since(decode_start);
         result.generated.push_back(token);
         result.has_pending_token = true;
@@ -114,11 +122,28 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
             result.stop_reason = "KV cache full";
             break;
         }
-        engine.backend().forward(&token, 1, seq.table.n_tokens, seq.table, logits.data());
+        const int32_t pos = seq.table.n_tokens;
+        seq.tokens.push_back(token);  // the next step's penalty window includes it
+        SampleOutcome next;
+        try {
+            const SampleRequest request = sampler.device_request(seq.tokens, n_vocab);
+            next = backend.decode_sample(token, pos, seq.table, request, logits.data());
+            if (next.status == SampleOutcome::kNeedsHost) {
+                next.token = sample_on_host(request.u01);
+            } else {
+                result.logits_hash = XXH3_64bits_withSeed(&next.logits_digest, sizeof(next.logits_digest),
+                                                          result.logits_hash);
+                if (next.status == SampleOutcome::kBadLogit)
+                    throw_bad_logit(next.bad_is_nan, next.bad_index, seq.tokens.size());
+            }
+        } catch (...) {
+            seq.tokens.pop_back();
+            throw;
+        }
         seq.table.n_tokens += 1;
-        seq.tokens.push_back(token);
         result.has_pending_token = false;
         cache.commit(seq);
+        token = next.token;
     }
     if (std::string tail = decoder.flush(); !tail.empty()) on_text(tail);
     result.decode_seconds = seconds_since(decode_start);

@@ -19,19 +19,21 @@ bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
     return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
-// llama.cpp-style penalty over the last repeat_last_n tokens (each distinct token once): positive logits
-// are divided by the penalty, negative ones multiplied.
-void apply_repeat_penalty(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, float penalty,
-                          int32_t last_n) {
+// The tokens the penalty touches: each distinct token of the last repeat_last_n once, in order of first
+// appearance in that window (none when the penalty is off).
+void penalty_window(std::vector<int32_t>& out, const std::vector<int32_t>& history, float penalty, int32_t last_n) {
+    out.clear();
     if (penalty == 1.0f || last_n == 0 || history.empty()) return;
     size_t window = last_n < 0 ? history.size() : std::min(history.size(), size_t(last_n));
-    size_t first = history.size() - window;
-    for (size_t i = first; i < history.size(); i++) {
-        int32_t token = history[i];
+    for (size_t i = history.size() - window; i < history.size(); i++)
+        if (std::find(out.begin(), out.end(), history[i]) == out.end()) out.push_back(history[i]);
+}
+
+// llama.cpp-style penalty over the window's distinct tokens: positive logits are divided by the penalty,
+// negative ones multiplied.
+void apply_repeat_penalty(float* logits, int32_t n_vocab, const std::vector<int32_t>& tokens, float penalty) {
+    for (int32_t token : tokens) {
         if (token < 0 || token >= n_vocab) continue;
-        if (std::find(history.begin() + std::ptrdiff_t(first), history.begin() + std::ptrdiff_t(i), token) !=
-            history.begin() + std::ptrdiff_t(i))
-            continue;  // already penalized
         // A finite logit stays finite (clamped): an extreme penalty (1e38) must move it, not push it past
         // float range, which the finiteness check after the penalty would blame on the weights. A logit
         // that was not finite stays as it is, for that check to report.
@@ -47,16 +49,19 @@ void apply_repeat_penalty(float* logits, int32_t n_vocab, const std::vector<int3
 int32_t checked_argmax(const float* logits, int32_t n_vocab, size_t n_history) {
     int32_t best = 0;
     for (int32_t i = 0; i < n_vocab; i++) {
-        if (!std::isfinite(logits[i]))
-            throw_error("the model computed {} logit (token {}) after {} tokens: its weights may be damaged "
-                        "(check with `kvlm inspect --verify`) or the computation overflowed",
-                        std::isnan(logits[i]) ? "a NaN" : "an infinite", i, n_history);
+        if (!std::isfinite(logits[i])) throw_bad_logit(std::isnan(logits[i]), i, n_history);
         if (logits[i] > logits[best]) best = i;
     }
     return best;
 }
 
 }  // namespace
+
+void throw_bad_logit(bool is_nan, int32_t token, size_t n_history) {
+    throw_error("the model computed {} logit (token {}) after {} tokens: its weights may be damaged "
+                "(check with `kvlm inspect --verify`) or the computation overflowed",
+                is_nan ? "a NaN" : "an infinite", token, n_history);
+}
 
 SamplingParams resolve_sampling(const SamplingSettings& flags, const SamplingSettings& model, uint64_t seed) {
     const SamplingSettings s = overlay(model, flags);
@@ -98,9 +103,26 @@ std::string describe_sampling(const SamplingParams& p, const SamplingSettings& f
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
+double Sampler::draw(int32_t n_vocab) {
+    if (params_.temperature <= 0.0f || n_vocab == 1) return 0.0;
+    // 53 random bits -> u in [0, 1): portable, unlike std::uniform_real_distribution.
+    return double(rng_() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+SampleRequest Sampler::device_request(const std::vector<int32_t>& history, int32_t n_vocab) {
+    penalty_window(penalty_tokens_, history, params_.repeat_penalty, params_.repeat_last_n);
+    SampleRequest r;
+    r.temperature = params_.temperature, r.top_p = params_.top_p, r.min_p = params_.min_p;
+    r.repeat_penalty = params_.repeat_penalty, r.top_k = params_.top_k;
+    r.penalty_tokens = penalty_tokens_.data(), r.n_penalty = int32_t(penalty_tokens_.size());
+    r.u01 = draw(n_vocab);
+    return r;
+}
+
+int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, double u01) {
     // The finiteness check runs after the penalty (which keeps finite logits finite).
-    apply_repeat_penalty(logits, n_vocab, history, params_.repeat_penalty, params_.repeat_last_n);
+    penalty_window(penalty_tokens_, history, params_.repeat_penalty, params_.repeat_last_n);
+    apply_repeat_penalty(logits, n_vocab, penalty_tokens_, params_.repeat_penalty);
     const int32_t best = checked_argmax(logits, n_vocab, history.size());
     if (params_.temperature <= 0.0f || n_vocab == 1) return best;
 
@@ -119,7 +141,10 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
     for (int32_t i = 0; i < n_vocab; i++)
         if (logits[i] >= floor_logit || i == best) c.emplace_back(logits[i], i);
     size_t n_keep = std::min(c.size(), size_t(k));
-    std::partial_sort(c.begin(), c.begin() + std::ptrdiff_t(n_keep), c.end(), better);
+    // The kept set by selection (linear), then sorted: `better` is a total order, so this is the top n_keep
+    // in order, as a full sort would give.
+    if (n_keep < c.size()) std::nth_element(c.begin(), c.begin() + std::ptrdiff_t(n_keep - 1), c.end(), better);
+    std::sort(c.begin(), c.begin() + std::ptrdiff_t(n_keep), better);
 
     // Softmax with temperature over the top-k set (the whole vocabulary when top-k is off).
     double total = 0.0;
@@ -149,8 +174,7 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
 
     double kept = 0.0;
     for (size_t i = 0; i < n_keep; i++) kept += c[i].first;
-    // 53 random bits -> u in [0, 1): portable, unlike std::uniform_real_distribution.
-    double u = double(rng_() >> 11) * (1.0 / 9007199254740992.0) * kept;
+    double u = u01 * kept;
     double cumulative = 0.0;
     for (size_t i = 0; i < n_keep; i++) {
         cumulative += c[i].first;

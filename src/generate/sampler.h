@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compute/backend.h"
 #include "format/sampling_settings.h"
 
 namespace kvlm {
@@ -43,12 +44,27 @@ public:
     explicit Sampler(const SamplingParams& params);
     // logits: [n_vocab], modified in place. history: tokens so far (prompt + generated). Throws Error if a
     // logit is NaN or infinite.
-    int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history);
+    int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
+        return sample(logits, n_vocab, history, draw(n_vocab));
+    }
+    // sample() in two halves: the step's random draw in [0, 1) (taken from the generator only when the step
+    // samples: temperature > 0 and more than one token), then the choice given that draw. A step sampled on
+    // the device takes its draw here too, so the generator advances exactly as on the CPU.
+    double draw(int32_t n_vocab);
+    int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, double u01);
+    // What Backend::decode_sample needs for the step after `history`: the settings, the distinct tokens the
+    // repetition penalty touches, and this step's draw. Valid until the next call.
+    SampleRequest device_request(const std::vector<int32_t>& history, int32_t n_vocab);
+    const SamplingParams& params() const { return params_; }
 
 private:
     SamplingParams params_;
     std::mt19937_64 rng_;
     std::vector<std::pair<float, int32_t>> candidates_;
+    std::vector<int32_t> penalty_tokens_;
 };
+
+// The error for a NaN or infinite logit (token `token`) after `n_history` tokens, wherever it was found.
+[[noreturn]] void throw_bad_logit(bool is_nan, int32_t token, size_t n_history);
 
 }  // namespace kvlm

@@ -14,6 +14,7 @@
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
 #include "format/model_file.h"
+#include "generate/sampler.h"
 #include "support/cuda_kernel_checks.h"
 #include "support/random_model.h"
 #include "support/test_util.h"
@@ -106,6 +107,58 @@ TEST_CASE("cuda backend: logits match the CPU backend on random models") {
     for (const Case& c : kCases) {
         auto m = make_random_model(*c.config, c.weights, 42);
         compare_run(*m, c.kv, c.block_size, 23, 31, c.tol, c.name);
+    }
+}
+
+TEST_CASE("cuda backend: decode_sample picks on the device the tokens forward + the CPU sampler pick") {
+    if (!have_cuda()) return;
+    ModelConfig config = small_random_config();
+    config.n_vocab = 3000;  // past the sort's 1024 candidates, so the min-p floor is what bounds them
+    auto m = make_random_model(config, DType::f32, 11);
+    struct Case { const char* name; float temp; int32_t top_k; float top_p, min_p, penalty; bool on_device; };
+    const Case kCases[] = {{"greedy", 0, 40, 0.95f, 0.05f, 1, true},
+                           {"greedy, penalty", 0, 40, 0.95f, 0.05f, 1.5f, true},
+                           {"defaults", 0.8f, 40, 0.95f, 0.05f, 1.1f, true},
+                           {"top-k off, min-p floor", 0.05f, 0, 1, 0.5f, 1, true},
+                           {"top-k 2000: the host sorts", 0.8f, 2000, 0.9f, 0, 1, false},
+                           {"top-k and min-p off: the host sorts", 0.8f, 0, 0.9f, 0, 1, false}};
+    for (const Case& c : kCases) {
+        INFO(std::string(c.name));
+        Pair p = make_pair(m->config, m->weights, 4, DType::f32, 64);
+        Pair q = make_pair(m->config, m->weights, 4, DType::f32, 64);  // its CUDA backend runs forward()
+        SamplingParams params;
+        params.temperature = c.temp, params.top_k = c.top_k, params.top_p = c.top_p, params.min_p = c.min_p;
+        params.repeat_penalty = c.penalty, params.seed = 99;
+        Sampler device_sampler(params), host_sampler(params);
+        std::vector<int32_t> history = random_tokens(9, config.n_vocab, 4);
+        std::vector<float> a(size_t(config.n_vocab)), b(a.size());
+        p.cuda->forward(history.data(), int32_t(history.size()), 0, p.table, a.data());
+        q.cuda->forward(history.data(), int32_t(history.size()), 0, q.table, b.data());
+        int32_t token = host_sampler.sample(b.data(), config.n_vocab, history);
+        device_sampler.draw(config.n_vocab);  // the first token's draw: the two generators stay in step
+        int32_t n_device = 0;
+        for (int32_t pos = int32_t(history.size()); pos < 60; pos++) {
+            history.push_back(token);
+            const SampleRequest request = device_sampler.device_request(history, config.n_vocab);
+            CHECK(p.cuda->samples_on_device(request) == c.on_device);
+            SampleOutcome got = p.cuda->decode_sample(token, pos, p.table, request, a.data());
+            int32_t device_token = got.token;
+            if (got.status == SampleOutcome::kNeedsHost)
+                device_token = device_sampler.sample(a.data(), config.n_vocab, history, request.u01);
+            else
+                n_device++;
+            REQUIRE(got.status != SampleOutcome::kBadLogit);
+            q.cuda->forward(&token, 1, pos, q.table, b.data());
+            const int32_t host_token = host_sampler.sample(b.data(), config.n_vocab, history);
+            REQUIRE_MESSAGE(device_token == host_token, "at position " << pos);
+            token = host_token;
+        }
+        if (!c.on_device) CHECK(n_device == 0);
+        else if (c.temp <= 0 || c.top_k > 0) CHECK(n_device == 51);
+        else {  // the floor bounds the candidates to what this random model's logits leave above it
+            MESSAGE(std::string(c.name) << ": " << n_device << " of 51 steps sampled on the device");
+            CHECK(n_device > 0);
+        }
     }
 }
 

@@ -113,6 +113,27 @@ TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, 
     CHECK(automatic.out == r.out);
 }
 
+TEST_CASE("cuda cli: decode copies back only the sampled token's id, unless the host must sort (KVLM_CUDA_TRANSFERS)") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    const std::vector<std::string> base = {"run", "-m", stories_model(), "-p", "Once upon a time", "-n", "40", "--device", "cuda"};
+    auto per_step = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = base;
+        args.insert(args.end(), extra.begin(), extra.end());
+        CliResult r = run_shell("KVLM_CUDA_TRANSFERS=1 " + kvlm_command(args));
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        std::smatch m;
+        REQUIRE_MESSAGE(std::regex_search(r.err, m, std::regex("(\\d+) decode steps, (\\d+) bytes device to host \\((\\d+) per step\\)")),
+                        r.err);
+        CHECK(m[1].str() == "39");  // 40 tokens: the first from the prompt's logits
+        return std::stoi(m[3].str());
+    };
+    CHECK(per_step({"--temp", "0"}) == 24);                                   // greedy
+    CHECK(per_step({"--temp", "0.8", "--seed", "3"}) == 24);                  // top-k 40, top-p, min-p, penalty
+    CHECK(per_step({"--temp", "0.8", "--top-k", "0", "--min-p", "0.1"}) == 24);  // the min-p floor
+    CHECK(per_step({"--temp", "0.8", "--top-k", "0", "--min-p", "0"}) == 512 * 4);  // whole vocabulary: the host sorts
+}
+
 TEST_CASE("cuda cli: a session saved and restored on the GPU continues as the same session on the CPU") {
     if (!have_cuda()) return;
     if (!have_data(stories("stories260K.gguf"))) return;

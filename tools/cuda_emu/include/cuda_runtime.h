@@ -247,6 +247,10 @@ inline unsigned vote(unsigned mask, bool p, int kind, const char* file, int line
 }  // namespace kvlm_emu
 
 // ---- Device math and bit casts.
+// CUDA declares the classification functions in the global namespace, as C's math.h does.
+using std::isfinite;
+using std::isinf;
+using std::isnan;
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __expf(float x) { return std::exp(x); }
@@ -264,6 +268,14 @@ inline float __int_as_float(int i) { return kvlm_emu::from_bits<float>(uint32_t(
 inline int __float_as_int(float f) { return int(kvlm_emu::to_bits(f) & 0xffffffffu); }
 template <typename T>
 T __ldg(const T* p) { return *p; }
+// Atomics: a block's fibers switch only at barriers and warp collectives, and blocks run one at a time, so a
+// plain read-modify-write is atomic here.
+template <typename T, typename = std::enable_if_t<std::is_integral<T>::value || std::is_floating_point<T>::value>>
+T atomicAdd(T* address, T value) {
+    const T old = *address;
+    *address = old + value;
+    return old;
+}
 [[noreturn]] inline void __trap() { kvlm_emu::die("__trap()"); }
 // CUDA's integer and float min/max overloads (std::min wants equal types).
 template <typename A, typename B, typename = std::enable_if_t<std::is_arithmetic<A>::value && std::is_arithmetic<B>::value>>

@@ -1,0 +1,285 @@
+// Picking the next token where the logits are: the decode step's last launch when kvlm samples on the device,
+// so that only the token id goes back to the host. One thread block runs the CPU sampler's rule
+// (src/generate/sampler.cpp) step for step: the repetition penalty on the listed tokens, the finiteness check
+// and argmax (lowest id among equal maxima), then greedy, or top-k -> softmax(temperature) over the kept set
+// (over the whole vocabulary when top-k is off) -> top-p -> min-p -> the draw the host took from the
+// sampler's generator. Candidates are ordered by (logit desc, id asc) as on the CPU, weights are
+// exp(double((logit - max) * inv_temp)) and probabilities float(weight / total), summed in the CPU's order
+// where it sums a kept set; so the same draw picks the same token, unless it falls within a double rounding
+// of a boundary (the whole-vocabulary sum is a tree here, a loop there).
+//
+// Top-k: a radix select (four 8-bit passes over order-preserving keys) finds the k-th largest logit, then
+// the k candidates are gathered in id order (so ties keep the lowest ids) and bitonic-sorted in shared
+// memory. Top-k off: the min-p floor (the CPU's, same margin) bounds the candidates; more than
+// kSampleMaxCandidates of them, and the kernel restores the penalized logits and reports kSampleNeedsHost.
+#include "cuda_check.h"
+#include "cuda_ops.h"
+
+namespace kvlm {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+static_assert(kSampleMaxCandidates == kThreads, "the sort gives each thread one candidate");
+
+__device__ uint32_t order_key(float v) {  // unsigned order == float order (finite values; -0 == +0)
+    const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__device__ bool better(float va, int32_t ia, float vb, int32_t ib) { return va > vb || (va == vb && ia < ib); }
+
+struct SampleShared {
+    float value[kSampleMaxCandidates];
+    int32_t id[kSampleMaxCandidates];
+    double weight[kSampleMaxCandidates];
+    float saved[kSampleMaxPenalty];  // the penalized tokens' logits before the penalty
+    int32_t hist[256];
+    int32_t warp_int[kWarps];
+    int32_t warp_int2[kWarps];
+    float warp_float[kWarps];
+    double warp_double[kWarps];
+    unsigned long long warp_u64[kWarps];
+    int32_t broadcast[4];
+    double total;
+};
+
+// Exclusive prefix sum over the block's threads (thread order); *sum gets the block's total.
+__device__ int32_t block_exclusive_scan(int32_t v, int32_t* warp_totals, int32_t* sum) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int32_t inclusive = v;
+    for (int d = 1; d < 32; d *= 2) {
+        const int32_t up = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += up;
+    }
+    if (lane == 31) warp_totals[warp] = inclusive;
+    __syncthreads();
+    int32_t before = 0, total = 0;
+    for (int w = 0; w < kWarps; w++) {
+        if (w < warp) before += warp_totals[w];
+        total += warp_totals[w];
+    }
+    __syncthreads();  // warp_totals may be reused right after
+    *sum = total;
+    return before + inclusive - v;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t n_vocab, const SampleInputs* in,
+                                                          SampleResult* result) {
+    __shared__ SampleShared s;
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+    const int32_t n_penalty = in->n_penalty;
+
+    // 1. Repetition penalty (the host lists each token once): positive logits divided, negative multiplied,
+    //    finite ones kept finite.
+    if (t < n_penalty) {
+        const int32_t token = in->penalty_tokens[t];
+        if (token >= 0 && token < n_vocab) {
+            const float l = logits[token];
+            s.saved[t] = l;
+            if (isfinite(l)) {
+                const float p = in->repeat_penalty, big = 3.402823466e38f;
+                logits[token] = fminf(fmaxf(l > 0.0f ? l / p : l * p, -big), big);
+            }
+        }
+    }
+    __syncthreads();
+
+    // 2. One pass: the digest, the first non-finite logit, the argmax (lowest id among equal maxima).
+    float best_v = -INFINITY;
+    int32_t best_i = n_vocab, bad_i = n_vocab;
+    unsigned long long digest = 0;
+    for (int32_t i = t; i < n_vocab; i += kThreads) {
+        const float l = logits[i];
+        digest += mix64((uint64_t(__float_as_uint(l)) << 32) ^ uint64_t(i));
+        if (!isfinite(l)) bad_i = min(bad_i, i);
+        else if (l > best_v || best_i == n_vocab) best_v = l, best_i = i;
+    }
+    for (int d = 16; d > 0; d /= 2) {
+        const float v = __shfl_xor_sync(0xffffffffu, best_v, d);
+        const int32_t i = __shfl_xor_sync(0xffffffffu, best_i, d);
+        if (i < n_vocab && (best_i == n_vocab || better(v, i, best_v, best_i))) best_v = v, best_i = i;
+        bad_i = min(bad_i, __shfl_xor_sync(0xffffffffu, bad_i, d));
+        digest += __shfl_xor_sync(0xffffffffu, digest, d);
+    }
+    if (lane == 0) s.warp_float[warp] = best_v, s.warp_int[warp] = best_i, s.warp_int2[warp] = bad_i, s.warp_u64[warp] = digest;
+    __syncthreads();
+    best_v = -INFINITY, best_i = n_vocab, bad_i = n_vocab, digest = 0;
+    for (int w = 0; w < kWarps; w++) {
+        if (s.warp_int[w] < n_vocab && (best_i == n_vocab || better(s.warp_float[w], s.warp_int[w], best_v, best_i)))
+            best_v = s.warp_float[w], best_i = s.warp_int[w];
+        bad_i = min(bad_i, s.warp_int2[w]);
+        digest += s.warp_u64[w];
+    }
+    __syncthreads();
+    if (t == 0) result->digest = digest, result->bad_index = -1, result->token = -1;
+    if (bad_i < n_vocab) {
+        if (t == 0) {
+            result->status = isnan(logits[bad_i]) ? kSampleBadNan : kSampleBadInf;
+            result->bad_index = bad_i;
+        }
+        return;
+    }
+    const float temperature = in->temperature;
+    if (temperature <= 0.0f || n_vocab == 1) {
+        if (t == 0) result->token = best_i, result->status = kSampleOk;
+        return;
+    }
+
+    // 3. The candidates, in id order: the top k, or (top-k off) those at or above the min-p floor.
+    const float inv_temp = 1.0f / temperature, max_logit = best_v;
+    const int32_t k = in->top_k > 0 ? min(in->top_k, n_vocab) : n_vocab;
+    const int32_t chunk = (n_vocab + kThreads - 1) / kThreads, begin = min(n_vocab, t * chunk),
+                  end = min(n_vocab, begin + chunk);
+    int32_t n_candidates = 0;
+    if (k < n_vocab) {
+        uint32_t prefix = 0, mask = 0;
+        int32_t wanted = k;  // how many of the keys matching prefix/mask still belong to the top k
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            if (t < 256) s.hist[t] = 0;
+            __syncthreads();
+            for (int32_t i = t; i < n_vocab; i += kThreads) {
+                const uint32_t key = order_key(logits[i]);
+                if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shift) & 255u], 1);
+            }
+            __syncthreads();
+            if (t == 0) {
+                int32_t above = 0, digit = 255;
+                for (; digit > 0 && above + s.hist[digit] < wanted; digit--) above += s.hist[digit];
+                s.broadcast[0] = digit, s.broadcast[1] = wanted - above;
+            }
+            __syncthreads();
+            prefix |= uint32_t(s.broadcast[0]) << shift, mask |= 255u << shift, wanted = s.broadcast[1];
+            __syncthreads();
+        }
+        // key > prefix: in the top k; key == prefix: the first `wanted` of them by id.
+        int32_t n_above = 0, n_equal = 0;
+        for (int32_t i = begin; i < end; i++) {
+            const uint32_t key = order_key(logits[i]);
+            n_above += key > prefix, n_equal += key == prefix;
+        }
+        int32_t total_above = 0, total_equal = 0;
+        int32_t at_above = block_exclusive_scan(n_above, s.warp_int, &total_above);
+        int32_t at_equal = block_exclusive_scan(n_equal, s.warp_int, &total_equal);
+        for (int32_t i = begin; i < end; i++) {
+            const float l = logits[i];
+            const uint32_t key = order_key(l);
+            if (key > prefix) s.value[at_above] = l, s.id[at_above] = i, at_above++;
+            else if (key == prefix) {
+                if (at_equal < wanted) s.value[total_above + at_equal] = l, s.id[total_above + at_equal] = i;
+                at_equal++;
+            }
+        }
+        n_candidates = k;
+    } else {
+        // The CPU's floor, margin included; whether min-p is on was checked by the host (sample_on_device).
+        const float floor_logit = max_logit + (logf(in->min_p) - 0.01f) * temperature;
+        int32_t n_kept = 0;
+        for (int32_t i = begin; i < end; i++) n_kept += logits[i] >= floor_logit || i == best_i;
+        int32_t at = block_exclusive_scan(n_kept, s.warp_int, &n_candidates);
+        if (n_candidates > kSampleMaxCandidates) {
+            // Too many to sort here: put the logits back as they came, for the host's sampler.
+            if (t < n_penalty) {
+                const int32_t token = in->penalty_tokens[t];
+                if (token >= 0 && token < n_vocab) logits[token] = s.saved[t];
+            }
+            if (t == 0) result->status = kSampleNeedsHost;
+            return;
+        }
+        for (int32_t i = begin; i < end; i++)
+            if (logits[i] >= floor_logit || i == best_i) s.value[at] = logits[i], s.id[at] = i, at++;
+    }
+    __syncthreads();
+
+    // 4. Bitonic sort of the candidates by (logit desc, id asc); padding sorts last.
+    if (t >= n_candidates) s.value[t] = -INFINITY, s.id[t] = 0x7fffffff;
+    __syncthreads();
+    for (int size = 2; size <= kThreads; size *= 2) {
+        for (int stride = size / 2; stride > 0; stride /= 2) {
+            const int partner = t ^ stride;
+            if (partner > t) {
+                const bool ascending = (t & size) == 0;  // "ascending" = better first
+                const bool partner_first = better(s.value[partner], s.id[partner], s.value[t], s.id[t]);
+                if (partner_first == ascending) {
+                    const float v = s.value[t];
+                    const int32_t i = s.id[t];
+                    s.value[t] = s.value[partner], s.id[t] = s.id[partner];
+                    s.value[partner] = v, s.id[partner] = i;
+                }
+            }
+            __syncthreads();
+        }
+    }
+
+    // 5. Weights, then the softmax's denominator: the kept set's sum in the CPU's order, or the whole
+    //    vocabulary's (top-k off).
+    const int32_t n_keep = min(n_candidates, k);
+    if (t < n_keep) s.weight[t] = exp(double((s.value[t] - max_logit) * inv_temp));
+    if (k >= n_vocab) {
+        double sum = 0.0;
+        for (int32_t i = t; i < n_vocab; i += kThreads) sum += exp(double((logits[i] - max_logit) * inv_temp));
+        for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+        if (lane == 0) s.warp_double[warp] = sum;
+    }
+    __syncthreads();
+    if (t != 0) return;
+    double total = 0.0;
+    if (k < n_vocab) {
+        for (int32_t i = 0; i < n_keep; i++) total += s.weight[i];
+    } else {
+        for (int w = 0; w < kWarps; w++) total += s.warp_double[w];
+    }
+
+    // 6. Probabilities as floats, top-p, min-p, the draw (one thread: the CPU's loops, in its order).
+    float* prob = s.value;  // reused: candidate i's probability
+    for (int32_t i = 0; i < n_keep; i++) prob[i] = float(s.weight[i] / total);
+    int32_t kept = n_keep;
+    if (in->top_p < 1.0f) {
+        double cumulative = 0.0;
+        for (int32_t i = 0; i < kept; i++) {
+            cumulative += prob[i];
+            if (cumulative >= in->top_p) {
+                kept = i + 1;
+                break;
+            }
+        }
+    }
+    if (in->min_p > 0.0f) {
+        const float threshold = in->min_p * prob[0];
+        int32_t i = 1;
+        while (i < kept && prob[i] >= threshold) i++;
+        kept = i;
+    }
+    double kept_mass = 0.0;
+    for (int32_t i = 0; i < kept; i++) kept_mass += prob[i];
+    const double u = in->u01 * kept_mass;
+    double cumulative = 0.0;
+    int32_t token = s.id[kept - 1];
+    for (int32_t i = 0; i < kept; i++) {
+        cumulative += prob[i];
+        if (u < cumulative) {
+            token = s.id[i];
+            break;
+        }
+    }
+    result->token = token;
+    result->status = kSampleOk;
+}
+
+}  // namespace
+
+void launch_sample(float* logits, int32_t n_vocab, const SampleInputs* inputs, SampleResult* result,
+                   cudaStream_t stream) {
+    if (n_vocab <= 0) cuda_throw("launch_sample: n_vocab must be positive");
+    sample_kernel<<<1, kThreads, 0, stream>>>(logits, n_vocab, inputs, result);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kvlm

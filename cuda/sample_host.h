@@ -1,0 +1,31 @@
+// The host side of sample.cu, shared by CudaBackend::decode_sample and the parity tests: a SampleRequest as
+// the kernel's inputs, and its result as a SampleOutcome.
+#pragma once
+#include <algorithm>
+
+#include "compute/backend.h"
+#include "cuda_ops.h"
+
+namespace kvlm {
+
+// Fills `in`; returns how many of its bytes to upload (the penalty list is cut to what is used).
+inline size_t fill_sample_inputs(SampleInputs* in, const SampleRequest& r) {
+    in->temperature = r.temperature, in->top_p = r.top_p, in->min_p = r.min_p;
+    in->repeat_penalty = r.repeat_penalty, in->top_k = r.top_k, in->u01 = r.u01;
+    in->n_penalty = r.repeat_penalty == 1.0f ? 0 : std::clamp(r.n_penalty, 0, kSampleMaxPenalty);
+    std::copy(r.penalty_tokens, r.penalty_tokens + in->n_penalty, in->penalty_tokens);
+    return offsetof(SampleInputs, penalty_tokens) + size_t(in->n_penalty) * sizeof(int32_t);
+}
+
+inline SampleOutcome sample_outcome(const SampleResult& r) {
+    SampleOutcome out;
+    out.logits_digest = r.digest;
+    if (r.status == kSampleOk) {
+        out.status = SampleOutcome::kToken, out.token = r.token;
+    } else if (r.status == kSampleBadNan || r.status == kSampleBadInf) {
+        out.status = SampleOutcome::kBadLogit, out.bad_index = r.bad_index, out.bad_is_nan = r.status == kSampleBadNan;
+    }  // else kNeedsHost: the logits are as they came
+    return out;
+}
+
+}  // namespace kvlm
