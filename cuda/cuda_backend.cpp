@@ -188,6 +188,20 @@ public:
                                    cudaMemcpyHostToDevice, stream()));
         CUDA_CHECK(cudaStreamSynchronize(stream()));
     }
+    // A restore's batch: one copy per run of consecutive block ids, and one wait at the end (the driver stages
+    // pageable memory itself) instead of a synchronous copy per block.
+    void write_kv_blocks(const int32_t* blocks, size_t n, const void* src) override {
+        for (size_t k = 0; k < n; k++) check_block(blocks[k], "write_kv_blocks");
+        const size_t bytes = kv_block_bytes();
+        for (size_t k = 0; k < n;) {
+            size_t run = 1;
+            while (k + run < n && blocks[k + run] == blocks[k] + int32_t(run)) run++;
+            CUDA_CHECK(cudaMemcpyAsync(kv_ + size_t(blocks[k]) * bytes, static_cast<const char*>(src) + k * bytes,
+                                       run * bytes, cudaMemcpyHostToDevice, stream()));
+            k += run;
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream()));
+    }
     void copy_kv_block(int32_t src_block, int32_t dst_block) override {
         check_block(src_block, "copy_kv_block");
         check_block(dst_block, "copy_kv_block");

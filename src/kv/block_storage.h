@@ -18,6 +18,11 @@ public:
     // The block record itself when it lives in host memory the caller may fill directly (a session restore
     // reads files straight into it, several blocks at once); nullptr when it does not (use write_kv_block).
     virtual void* host_kv_block(int32_t block) { return nullptr; }
+    // write_kv_block for n blocks whose records lie one after another at src (a restore's batch): a device
+    // backend copies them without waiting between blocks.
+    virtual void write_kv_blocks(const int32_t* blocks, size_t n, const void* src) {
+        for (size_t k = 0; k < n; k++) write_kv_block(blocks[k], static_cast<const char*>(src) + k * kv_block_bytes());
+    }
 };
 
 }  // namespace kvlm

@@ -20,61 +20,69 @@ std::string start_fresh_hint(const std::string& name) {
 }
 
 // Reads and verifies the block files of manifest blocks `indices` into pool blocks `blocks` (one each), filling
-// problems[i] ("" when it verified). Where the pool is host memory the files are read straight into it by up
-// to kMaxReaders threads (a restore then runs at memory speed: each block is copied once by the kernel and
-// checksummed while it is in cache); otherwise one by one through a buffer and write_kv_block. A block after
-// one that failed may be left unread (its problem then says so): nothing past the first failure is kept.
+// problems[i] ("" when it verified), by up to kMaxReaders threads. Where the pool is host memory the files are
+// read straight into it (a restore then runs at memory speed: each block is copied once by the kernel and
+// checksummed while it is in cache); otherwise into a staging area of up to kStagingBytes, handed to the
+// backend one batch at a time (write_kv_blocks: a GPU copies a batch without waiting between blocks). A block
+// after one that failed may be left unread (its problem then says so): nothing past the first failure is kept.
 constexpr int kMaxReaders = 4;
+constexpr size_t kStagingBytes = size_t(256) << 20;
 
 void read_blocks(Backend& backend, const SessionStore& store, const SessionManifest& m, const BlockHash& kv_namespace,
                  const std::vector<size_t>& indices, const std::vector<int32_t>& blocks,
                  std::vector<std::string>* problems) {
     const size_t block_bytes = backend.kv_block_bytes();
     if (indices.empty()) return;
-    if (!backend.host_kv_block(blocks[0])) {
-        std::vector<uint8_t> payload(block_bytes);
-        for (size_t k = 0; k < indices.size(); k++) {
-            const size_t i = indices[k];
-            (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, block_bytes, payload.data());
-            if (!(*problems)[i].empty()) return;
-            backend.write_kv_block(blocks[k], payload.data());
-        }
-        return;
-    }
-    std::vector<void*> targets;
-    for (int32_t block : blocks) targets.push_back(backend.host_kv_block(block));
-    std::atomic<size_t> next{0}, first_failed{SIZE_MAX};
-    auto reader = [&] {
-        for (size_t k; (k = next.fetch_add(1)) < indices.size();) {
-            const size_t i = indices[k];
-            if (i > first_failed.load()) {
-                (*problems)[i] = "not read (an earlier block failed)";
-                continue;
-            }
-            try {  // read_block reports bad files as problems; nothing else may escape a reader thread
-                (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, block_bytes, targets[k]);
-            } catch (const std::exception& e) {
-                (*problems)[i] = e.what();
-            }
-            if (!(*problems)[i].empty())
-                for (size_t f = first_failed.load(); i < f && !first_failed.compare_exchange_weak(f, i);) {
+    const bool staged = backend.host_kv_block(blocks[0]) == nullptr;
+    const size_t batch = staged ? std::max<size_t>(1, kStagingBytes / block_bytes) : indices.size();
+    std::vector<uint8_t> staging(staged ? std::min(batch, indices.size()) * block_bytes : 0);
+    std::atomic<size_t> first_failed{SIZE_MAX};
+    for (size_t begin = 0; begin < indices.size() && first_failed.load() == SIZE_MAX; begin += batch) {
+        const size_t end = std::min(indices.size(), begin + batch);
+        auto target = [&](size_t k) {
+            return staged ? static_cast<void*>(staging.data() + (k - begin) * block_bytes) : backend.host_kv_block(blocks[k]);
+        };
+        std::atomic<size_t> next{begin};
+        auto reader = [&] {
+            for (size_t k; (k = next.fetch_add(1)) < end;) {
+                const size_t i = indices[k];
+                if (i > first_failed.load()) {
+                    (*problems)[i] = "not read (an earlier block failed)";
+                    continue;
                 }
+                try {  // read_block reports bad files as problems; nothing else may escape a reader thread
+                    (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, block_bytes, target(k));
+                } catch (const std::exception& e) {
+                    (*problems)[i] = e.what();
+                }
+                if (!(*problems)[i].empty())
+                    for (size_t f = first_failed.load(); i < f && !first_failed.compare_exchange_weak(f, i);) {
+                    }
+            }
+        };
+        // Extra readers only where there is enough to share; a thread that cannot start leaves its share to
+        // the others (the calling thread always reads).
+        const size_t n_readers = std::min<size_t>(
+            {size_t(kMaxReaders), std::max(1u, std::thread::hardware_concurrency()), (end - begin + 7) / 8});
+        std::vector<std::thread> helpers;
+        for (size_t t = 1; t < n_readers; t++) {
+            try {
+                helpers.emplace_back(reader);
+            } catch (const std::system_error&) {
+                break;
+            }
         }
-    };
-    // Extra readers only where there is enough to share; a thread that cannot start leaves its share to
-    // the others (the calling thread always reads).
-    const size_t n_readers = std::min<size_t>({size_t(kMaxReaders), std::max(1u, std::thread::hardware_concurrency()),
-                                               (indices.size() + 7) / 8});
-    std::vector<std::thread> helpers;
-    for (size_t t = 1; t < n_readers; t++) {
-        try {
-            helpers.emplace_back(reader);
-        } catch (const std::system_error&) {
-            break;
-        }
+        reader();
+        for (std::thread& t : helpers) t.join();
+        if (!staged) continue;
+        size_t n_good = begin;  // this batch's blocks before the first failure: the only ones kept
+        while (n_good < end && (*problems)[indices[n_good]].empty()) n_good++;
+        backend.write_kv_blocks(blocks.data() + begin, n_good - begin, staging.data());
     }
-    reader();
-    for (std::thread& t : helpers) t.join();
+    // Blocks of batches never started (after a failure) are not kept either.
+    for (size_t k = 0; k < indices.size(); k++)
+        if ((*problems)[indices[k]].empty() && indices[k] > first_failed.load())
+            (*problems)[indices[k]] = "not read (an earlier block failed)";
 }
 
 }  // namespace
