@@ -5,7 +5,7 @@
 # Build here first: `make carry` (binaries + test data in .carry/), then on the device, carrying .carry:
 #   bash tools/gpu_session.sh smoke    # ~2 min: the GPU, cuBLAS, stories260K text GPU == CPU (graphs on, off), kernel cases
 #   bash tools/gpu_session.sh tests    # ~4 min: backend, model and CLI cases; compute-sanitizer memcheck, racecheck, synccheck
-#   bash tools/gpu_session.sh bench    # ~3 min: kvlm bench, SmolLM2-135M and Llama-3.2-1B shapes; per-stage decode profile
+#   bash tools/gpu_session.sh bench    # ~5 min: kvlm bench, SmolLM2-135M and Llama-3.2-1B shapes; decode profile per stage and, with ncu, per kernel
 #   bash tools/gpu_session.sh bench8b  # ~2 min: kvlm bench, Llama-3-8B shape
 #   bash tools/gpu_session.sh hf       # ~3 min: the same synthetic weights through PyTorch/transformers
 # Times are session 14's on an H200 (bench/RESULTS.md, "GPU"); docs/CUDA.md says what to do with each verdict.
@@ -154,6 +154,14 @@ bench_model() {
     echo && echo "### $name: decode profile (KVLM_CUDA_PROFILE=1, 64 tokens at depth 0)" && echo
     KVLM_CUDA_PROFILE=1 timeout 60 "$KVLM" bench -m "$m" --device cuda -p 0 -n 64 -r 1 --kv-dtype bf16 --no-scenarios \
         2>&1 >/dev/null | grep -E '^(\||kvlm: decode profile)' | tee "$OUT/profile-$name.md" || fail "$name profile"
+    if command -v ncu >/dev/null; then  # the same steps per kernel, from the hardware counters
+        echo && echo "### $name: ncu over 400 decode launches (graphs off), bench/ncu_table.py" && echo
+        KVLM_CUDA_GRAPHS=0 timeout 100 ncu --clock-control none --csv --print-units base \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --launch-skip 3000 \
+            --launch-count 400 "$KVLM" bench -m "$m" --device cuda -p 0 -n 64 -r 1 --kv-dtype bf16 --no-scenarios \
+            >"$OUT/ncu-$name.csv" 2>&1 && python3 bench/ncu_table.py "$OUT/ncu-$name.csv" | tee -a "$OUT/profile-$name.md" ||
+            echo "ncu: no table (see $OUT/ncu-$name.csv)"
+    fi
 }
 
 stage_bench() {

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Per-kernel table of an Nsight Compute CSV (tools/gpu_session.sh, bench stage).
+
+Input: `ncu --csv --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum ...`
+on stdin or as a file: one row per (kernel launch, metric). Output: a markdown table, one row per kernel
+(by name, templates and arguments cut), in order of total time: launches, microseconds per launch, DRAM bytes
+per launch (read + written) and the bandwidth that makes, and each kernel's share of the time.
+"""
+import csv
+import re
+import sys
+from collections import OrderedDict
+
+UNITS = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
+         "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def short_name(name):
+    """'void kvlm::(anonymous namespace)::gemv_kernel<__nv_bfloat16, 1, false, true>(kvlm::GemvParams)' -> 'gemv_kernel<...>'."""
+    name = name.strip().replace("(anonymous namespace)::", "")
+    name = re.sub(r"\([^()]*\)\s*$", "", name)  # the argument list
+    head, _, _ = name.partition("<")
+    head = head.split()[-1] if head.split() else head
+    head = head.split("::")[-1]
+    return head + ("<...>" if "<" in name else "")
+
+
+def table(rows):
+    launches = OrderedDict()  # (kernel, launch id) -> {metric: value}
+    for row in rows:
+        if not row.get("Metric Name") or not row.get("ID", "").strip().isdigit():
+            continue  # the units row, blank lines
+        value = float(row["Metric Value"].replace(",", "")) * UNITS.get(row.get("Metric Unit", "").strip(), 1.0)
+        launches.setdefault((row["Kernel Name"], row["ID"]), {})[row["Metric Name"]] = value
+    kernels = OrderedDict()
+    for (name, _), metrics in launches.items():
+        k = kernels.setdefault(short_name(name), {"n": 0, "s": 0.0, "bytes": 0.0})
+        k["n"] += 1
+        k["s"] += metrics.get("gpu__time_duration.sum", 0.0)
+        k["bytes"] += metrics.get("dram__bytes_read.sum", 0.0) + metrics.get("dram__bytes_write.sum", 0.0)
+    total = sum(k["s"] for k in kernels.values()) or 1.0
+    out = ["| kernel | launches | us per launch | MB per launch | GB/s | share of time |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, k in sorted(kernels.items(), key=lambda kv: -kv[1]["s"]):
+        gbs = k["bytes"] / k["s"] / 1e9 if k["s"] > 0 else 0.0
+        out.append(f"| {name} | {k['n']} | {k['s'] / k['n'] * 1e6:.2f} | {k['bytes'] / k['n'] / 1e6:.3f} | "
+                   f"{gbs:.0f} | {100 * k['s'] / total:.1f}% |")
+    n = sum(k["n"] for k in kernels.values())
+    all_bytes = sum(k["bytes"] for k in kernels.values())
+    out.append(f"| total | {n} | {total / max(n, 1) * 1e6:.2f} | {all_bytes / max(n, 1) / 1e6:.3f} | "
+               f"{all_bytes / total / 1e9:.0f} | 100% |")
+    return "\n".join(out)
+
+
+def main():
+    text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
+    # ncu prints its own lines (==PROF== ...) and the program's output around the CSV: keep the CSV rows.
+    lines = [l for l in text.splitlines() if l.startswith('"')]
+    if not lines:
+        sys.exit("ncu_table: no CSV rows in the input")
+    print(table(csv.DictReader(lines)))
+
+
+if __name__ == "__main__":
+    main()
