@@ -124,18 +124,11 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         }
         const int32_t pos = seq.table.n_tokens;
         seq.tokens.push_back(token);  // the next step's penalty window includes it
+        SampleRequest request;
         SampleOutcome next;
         try {
-            const SampleRequest request = sampler.device_request(seq.tokens, n_vocab);
+            request = sampler.device_request(seq.tokens, n_vocab);
             next = backend.decode_sample(token, pos, seq.table, request, logits.data());
-            if (next.status == SampleOutcome::kNeedsHost) {
-                next.token = sample_on_host(request.u01);
-            } else {
-                result.logits_hash = XXH3_64bits_withSeed(&next.logits_digest, sizeof(next.logits_digest),
-                                                          result.logits_hash);
-                if (next.status == SampleOutcome::kBadLogit)
-                    throw_bad_logit(next.bad_is_nan, next.bad_index, seq.tokens.size());
-            }
         } catch (...) {
             seq.tokens.pop_back();
             throw;
@@ -143,7 +136,16 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         seq.table.n_tokens += 1;
         result.has_pending_token = false;
         cache.commit(seq);
-        token = next.token;
+        // The next token (a bad logit throws with this token committed, wherever it was found).
+        if (next.status == SampleOutcome::kNeedsHost) {
+            token = sample_on_host(request.u01);
+        } else {
+            result.logits_hash =
+                XXH3_64bits_withSeed(&next.logits_digest, sizeof(next.logits_digest), result.logits_hash);
+            if (next.status == SampleOutcome::kBadLogit)
+                throw_bad_logit(next.bad_is_nan, next.bad_index, seq.tokens.size());
+            token = next.token;
+        }
     }
     if (std::string tail = decoder.flush(); !tail.empty()) on_text(tail);
     result.decode_seconds = seconds_since(decode_start);
