@@ -14,12 +14,12 @@
 #include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "decode_profile.h"
 #include "device_peaks.h"
 #include "format/model_file.h"
-#include "decode_profile.h"
 #include "graph_cache.h"
-#include "sample_host.h"
 #include "matmul.h"
+#include "sample_host.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -504,7 +504,7 @@ private:
     }
 
     bool samples_on_device(const SampleRequest& r) const override {
-        if (!fused_decode_ || r.n_penalty < 0 || r.n_penalty > kSampleMaxPenalty) return false;
+        if (!fused_decode_ || r.n_penalty > kSampleMaxPenalty) return false;
         const int32_t n_vocab = config_.n_vocab;
         if (r.temperature <= 0.0f || n_vocab == 1) return true;                          // greedy
         if (r.top_k > 0 && r.top_k < n_vocab) return r.top_k <= kSampleMaxCandidates;  // top-k
@@ -515,11 +515,11 @@ private:
     // come back through pinned memory; the logits only when the device could not sample.
     SampleOutcome decode_sample(int32_t token, int32_t pos, const BlockTable& table, const SampleRequest& request,
                                 float* logits) override {
-        check_forward(&token, 1, pos, table);
         if (!samples_on_device(request)) {
             forward(&token, 1, pos, table, logits, false);
             return {};
         }
+        check_forward(&token, 1, pos, table);
         const size_t input_bytes = fill_sample_inputs(sample_in_host_, request);
         const int32_t n_splits = upload_decode_inputs(token, pos, table);
         CUDA_CHECK(cudaMemcpyAsync(sample_in_, sample_in_host_, input_bytes, cudaMemcpyHostToDevice, stream()));
@@ -665,7 +665,7 @@ private:
     int64_t table_capacity_ = 0;
     bool fused_decode_ = false;  // single-token steps use the fused decode kernels (gate and up share a dtype)
     bool use_graphs_ = false;    // ... and replay them as CUDA graphs
-    GraphCache decode_graphs_;   // keyed by the attention split count
+    GraphCache decode_graphs_;   // keyed by the attention split count and whether the step samples
     std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
     SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample)
     SampleResult* sample_out_ = nullptr;      // device: its result

@@ -12,7 +12,7 @@ namespace kvlm {
 inline size_t fill_sample_inputs(SampleInputs* in, const SampleRequest& r) {
     in->temperature = r.temperature, in->top_p = r.top_p, in->min_p = r.min_p;
     in->repeat_penalty = r.repeat_penalty, in->top_k = r.top_k, in->u01 = r.u01;
-    in->n_penalty = r.repeat_penalty == 1.0f ? 0 : std::clamp(r.n_penalty, 0, kSampleMaxPenalty);
+    in->n_penalty = std::clamp(r.n_penalty, 0, kSampleMaxPenalty);  // Sampler lists none when the penalty is off
     std::copy(r.penalty_tokens, r.penalty_tokens + in->n_penalty, in->penalty_tokens);
     return offsetof(SampleInputs, penalty_tokens) + size_t(in->n_penalty) * sizeof(int32_t);
 }

@@ -81,15 +81,15 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     Utf8StreamDecoder decoder;
     auto decode_start = Clock::now();
     Backend& backend = engine.backend();
-    // Chains the step's logits into the -v hash and picks the token on the host.
-    auto sample_on_host = [&](double u01) {
+    // Chains the step's logits into the -v hash (before the sampler penalizes them in place).
+    auto hash_logits = [&] {
         result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
-        return sampler.sample(logits.data(), n_vocab, seq.tokens, u01);
     };
     // The first token comes from the prompt's logits (on the host); each later one from a decode step, which
     // a backend that samples on the device (CUDA) ends by picking the token there: only its id comes back,
     // and the hash chains the device's digest of the logits instead of their bytes.
-    int32_t token = n_predict != 0 ? sample_on_host(sampler.draw(n_vocab)) : -1;
+    int32_t token = -1;
+    if (n_predict != 0) hash_logits(), token = sampler.sample(logits.data(), n_vocab, seq.tokens);
     if (n_predict == 0) result.stop_reason = "token limit";
     for (int32_t step = 0; n_predict != 0; step++) {
         if (step == 0) result.first_token_seconds = seconds_since(decode_start);
@@ -138,7 +138,8 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         cache.commit(seq);
         // The next token (a bad logit throws with this token committed, wherever it was found).
         if (next.status == SampleOutcome::kNeedsHost) {
-            token = sample_on_host(request.u01);
+            hash_logits();
+            token = sampler.sample(logits.data(), n_vocab, request, seq.tokens.size());
         } else {
             result.logits_hash =
                 XXH3_64bits_withSeed(&next.logits_digest, sizeof(next.logits_digest), result.logits_hash);

@@ -31,8 +31,9 @@ void penalty_window(std::vector<int32_t>& out, const std::vector<int32_t>& histo
 
 // llama.cpp-style penalty over the window's distinct tokens: positive logits are divided by the penalty,
 // negative ones multiplied.
-void apply_repeat_penalty(float* logits, int32_t n_vocab, const std::vector<int32_t>& tokens, float penalty) {
-    for (int32_t token : tokens) {
+void apply_repeat_penalty(float* logits, int32_t n_vocab, const int32_t* tokens, int32_t n_tokens, float penalty) {
+    for (int32_t k = 0; k < n_tokens; k++) {
+        const int32_t token = tokens[k];
         if (token < 0 || token >= n_vocab) continue;
         // A finite logit stays finite (clamped): an extreme penalty (1e38) must move it, not push it past
         // float range, which the finiteness check after the penalty would blame on the weights. A logit
@@ -120,10 +121,19 @@ SampleRequest Sampler::device_request(const std::vector<int32_t>& history, int32
 }
 
 int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, double u01) {
-    // The finiteness check runs after the penalty (which keeps finite logits finite).
     penalty_window(penalty_tokens_, history, params_.repeat_penalty, params_.repeat_last_n);
-    apply_repeat_penalty(logits, n_vocab, penalty_tokens_, params_.repeat_penalty);
-    const int32_t best = checked_argmax(logits, n_vocab, history.size());
+    return choose(logits, n_vocab, penalty_tokens_.data(), int32_t(penalty_tokens_.size()), history.size(), u01);
+}
+
+int32_t Sampler::sample(float* logits, int32_t n_vocab, const SampleRequest& request, size_t n_history) {
+    return choose(logits, n_vocab, request.penalty_tokens, request.n_penalty, n_history, request.u01);
+}
+
+int32_t Sampler::choose(float* logits, int32_t n_vocab, const int32_t* penalty_tokens, int32_t n_penalty,
+                        size_t n_history, double u01) {
+    // The finiteness check runs after the penalty (which keeps finite logits finite).
+    apply_repeat_penalty(logits, n_vocab, penalty_tokens, n_penalty, params_.repeat_penalty);
+    const int32_t best = checked_argmax(logits, n_vocab, n_history);
     if (params_.temperature <= 0.0f || n_vocab == 1) return best;
 
     const float inv_temp = 1.0f / params_.temperature, max_logit = logits[best];

@@ -52,6 +52,8 @@ public:
     // the device takes its draw here too, so the generator advances exactly as on the CPU.
     double draw(int32_t n_vocab);
     int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, double u01);
+    // The same for a step whose device_request came back to the host (its penalty tokens and draw, reused).
+    int32_t sample(float* logits, int32_t n_vocab, const SampleRequest& request, size_t n_history);
     // What Backend::decode_sample needs for the step after `history`: the settings, the distinct tokens the
     // repetition penalty touches, and this step's draw. Valid until the next call.
     SampleRequest device_request(const std::vector<int32_t>& history, int32_t n_vocab);
@@ -62,6 +64,9 @@ private:
     std::mt19937_64 rng_;
     std::vector<std::pair<float, int32_t>> candidates_;
     std::vector<int32_t> penalty_tokens_;
+
+    int32_t choose(float* logits, int32_t n_vocab, const int32_t* penalty_tokens, int32_t n_penalty, size_t n_history,
+                   double u01);
 };
 
 // The error for a NaN or infinite logit (token `token`) after `n_history` tokens, wherever it was found.

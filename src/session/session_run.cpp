@@ -40,7 +40,8 @@ void read_blocks(Backend& backend, const SessionStore& store, const SessionManif
     for (size_t begin = 0; begin < indices.size() && first_failed.load() == SIZE_MAX; begin += batch) {
         const size_t end = std::min(indices.size(), begin + batch);
         auto target = [&](size_t k) {
-            return staged ? static_cast<void*>(staging.data() + (k - begin) * block_bytes) : backend.host_kv_block(blocks[k]);
+            return staged ? static_cast<void*>(staging.data() + (k - begin) * block_bytes)
+                          : backend.host_kv_block(blocks[k]);
         };
         std::atomic<size_t> next{begin};
         auto reader = [&] {
