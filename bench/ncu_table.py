@@ -11,8 +11,18 @@ import re
 import sys
 from collections import OrderedDict
 
-UNITS = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
+# ncu 2025 writes "ns" and "byte" with --print-units base; older ones wrote "nsecond" and "Kbyte".
+UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0,
+         "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
          "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def scaled(row):
+    """The row's value in seconds or bytes; an unknown unit is an error, never a silent factor of 1."""
+    unit = row.get("Metric Unit", "").strip()
+    if unit not in UNITS:
+        sys.exit(f"ncu_table: unknown unit {unit!r} for {row['Metric Name']} (add it to UNITS)")
+    return float(row["Metric Value"].replace(",", "")) * UNITS[unit]
 
 
 def short_name(name):
@@ -30,8 +40,7 @@ def table(rows):
     for row in rows:
         if not row.get("Metric Name") or not row.get("ID", "").strip().isdigit():
             continue  # the units row, blank lines
-        value = float(row["Metric Value"].replace(",", "")) * UNITS.get(row.get("Metric Unit", "").strip(), 1.0)
-        launches.setdefault((row["Kernel Name"], row["ID"]), {})[row["Metric Name"]] = value
+        launches.setdefault((row["Kernel Name"], row["ID"]), {})[row["Metric Name"]] = scaled(row)
     kernels = OrderedDict()
     for (name, _), metrics in launches.items():
         k = kernels.setdefault(short_name(name), {"n": 0, "s": 0.0, "bytes": 0.0})

@@ -612,7 +612,7 @@ private:
             launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, block_table, positions, inv_freq_, 1, c.n_heads, s);
             mark("rope + kv write", (2 * q_dim + 2 * kv_dim) * f4 + double(layout_.bytes_of(2 * int64_t(kv_dim))));
             launch_paged_attention_splits(att_, q_, kv_, layout_, layer, block_table, positions, 1, c.n_heads, n_splits,
-                                          attention_, s);
+                                          prop_.multiProcessorCount, attention_, s);
             mark("attention", kv_read + 2 * q_dim * f4);
             const GemvOutput attn_out = output(x_, lw.attn_output, nullptr, dim);
             launch_gemv(&attn_out, 1, att_, q_dim, nullptr, 0.0f, true, s);  // x += W_o att

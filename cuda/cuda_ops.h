@@ -92,10 +92,12 @@ void launch_paged_attention(float* out,                  // [n, n_heads, head_di
 // derived on the device from positions[t] (ceil((positions[t] + 1) / n_splits) rounded up to the kernel's key
 // tile), so one launch serves every context length: a CUDA graph captured once replays it as the context
 // grows. Splits that start past a query's last key weigh nothing. Needs n * n_heads * n_splits <=
-// scratch.max_rows when n_splits > 1; 1 <= n_splits <= 1024.
+// scratch.max_rows when n_splits > 1; 1 <= n_splits <= 1024. Both launchers give each query head its own
+// thread block when a block per GQA group would leave multiprocessors idle (fewer blocks than n_sms); the
+// bits are the same either way.
 void launch_paged_attention_splits(float* out, const float* q, const void* kv, const KvLayout& layout,
                                    int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
-                                   int32_t n_heads, int32_t n_splits, const AttentionScratch& scratch,
+                                   int32_t n_heads, int32_t n_splits, int32_t n_sms, const AttentionScratch& scratch,
                                    cudaStream_t stream);
 // The split count launch_paged_attention picks for these arguments (1 = unsplit).
 int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t max_keys, int32_t n_sms,

@@ -36,10 +36,11 @@ void paged_attention(float* out, const float* q, const void* kv, int32_t n_block
 // The split count launch_paged_attention picks for these arguments with scratch_rows rows of scratch (0: none).
 int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t max_keys, int32_t n_sms,
                                     int64_t scratch_rows);
-// Same, through launch_paged_attention_splits with a fixed split count (scratch sized for it).
+// Same, through launch_paged_attention_splits with a fixed split count (scratch sized for it); n_sms steers
+// the block-per-head choice (1: always a block per GQA group; 1 << 20: a block per query head).
 void paged_attention_splits(float* out, const float* q, const void* kv, int32_t n_blocks, const KvLayout& layout,
                             int32_t layer, const int32_t* block_table, int32_t n_table, const int32_t* positions,
-                            int32_t n, int32_t n_heads, int32_t n_splits);
+                            int32_t n, int32_t n_heads, int32_t n_splits, int32_t n_sms);
 // Through launch_prefill_attention (positions consecutive).
 void prefill_attention(float* out, const float* q, const void* kv, int32_t n_blocks, const KvLayout& layout,
                        int32_t layer, const int32_t* block_table, int32_t n_table, const int32_t* positions, int32_t n,

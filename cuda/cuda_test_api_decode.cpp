@@ -27,7 +27,7 @@ int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_hea
 
 void paged_attention_splits(float* out, const float* q, const void* kv, int32_t n_blocks, const KvLayout& layout,
                             int32_t layer, const int32_t* block_table, int32_t n_table, const int32_t* positions,
-                            int32_t n, int32_t n_heads, int32_t n_splits) {
+                            int32_t n, int32_t n_heads, int32_t n_splits, int32_t n_sms) {
     require_device();
     const size_t q_bytes = size_t(n) * n_heads * layout.head_dim * 4;
     const int64_t scratch_rows = int64_t(n) * n_heads * n_splits;
@@ -43,7 +43,7 @@ void paged_attention_splits(float* out, const float* q, const void* kv, int32_t 
     AttentionScratch scratch;
     scratch.partials = d_scratch.get<float>(), scratch.max_rows = scratch_rows;
     launch_paged_attention_splits(d_out.get<float>(), d_q.get<float>(), d_kv.get(), layout, layer,
-                                  d_table.get<int32_t>(), d_pos.get<int32_t>(), n, n_heads, n_splits, scratch,
+                                  d_table.get<int32_t>(), d_pos.get<int32_t>(), n, n_heads, n_splits, n_sms, scratch,
                                   nullptr);
     finish();
     d_out.download(out);

@@ -4,7 +4,11 @@
 // query heads of one GQA group: they all read the same K and V rows, so each row is loaded once per block
 // and used by every head of the chunk (the block count and the K/V bytes read fall by the group size; a
 // group larger than kMaxGroupHeads is split into ceil(G / kMaxGroupHeads) chunks of equal size, each its own
-// block). The block walks its share of the keys in tiles of kAttnTile with an online softmax per head:
+// block). When those blocks would be fewer than the multiprocessors (a decode step at a short context), each
+// query head gets its own block instead (a kernel compiled for one head): a grouped block is a serial chain
+// of instructions that no other warp hides (H200, ncu, SmolLM2's decode at 64 keys: 3 blocks, ~2,000
+// instructions per warp at ~10 cycles each, 16 us), and the group's shared rows come from L2 at that size.
+// Both kernels do each head's arithmetic in the same order, so they give the same bits. The block walks its share of the keys in tiles of kAttnTile with an online softmax per head:
 //   - scores: groups of key_lanes lanes take one K row each; a lane loads units gl, gl + key_lanes, ... of
 //     the row (16-byte chunks when head_dim * sizeof(T) is a multiple of 16, else, and always for a q8_0
 //     cache, single elements read through load_kv), holds
@@ -36,7 +40,7 @@ namespace {
 constexpr int kAttnThreads = 128;                    // 4 warps
 constexpr int kAttnWarps = kAttnThreads / 32;
 constexpr int kAttnTile = 128;                       // keys per tile
-constexpr int kMaxGroupHeads = 8;                    // query heads per thread block
+constexpr int kMaxGroupHeads = 8;                    // query heads per thread block (grouped kernel)
 constexpr int kLaneSlots = 8;                        // row elements per lane in the score loop (8 * 32 = 256)
 constexpr int kLoadBatch = 4;                        // K or V rows each thread has in flight
 constexpr int kPartialStride = kCudaMaxHeadDim + 2;  // floats per partial row: acc, max, sum
@@ -44,7 +48,7 @@ constexpr int32_t kMinKeysPerSplit = 256;            // shorter contexts are not
 constexpr int32_t kMaxSplits = 1024;
 static_assert(kLaneSlots * 32 >= kCudaMaxHeadDim, "a K row must fit in one warp's lane slots");
 // The key groups' accumulators of one head (at most kAttnThreads units of 8 elements) are summed in q_s.
-static_assert(kMaxGroupHeads * kCudaMaxHeadDim >= kAttnThreads * 8, "q_s holds one head's key groups");
+constexpr int kSumElements = kAttnThreads * 8;
 
 // How a launch maps heads and rows onto its blocks and threads (host-computed, uniform over the grid).
 struct AttnGeometry {
@@ -64,11 +68,13 @@ int32_t heads_per_block(int32_t group) {
 }
 int32_t head_chunks(int32_t group) { return (group + heads_per_block(group) - 1) / heads_per_block(group); }
 
-AttnGeometry attention_geometry(int32_t head_dim, int32_t n_heads, int32_t n_kv_heads, int32_t unit_elements) {
+// one_head: a block per query head (the kernel compiled with MaxHeads = 1).
+AttnGeometry attention_geometry(int32_t head_dim, int32_t n_heads, int32_t n_kv_heads, int32_t unit_elements,
+                                bool one_head) {
     AttnGeometry g;
     g.group = n_heads / n_kv_heads;
-    g.heads_per_block = heads_per_block(g.group);
-    g.head_chunks = head_chunks(g.group);
+    g.heads_per_block = one_head ? 1 : heads_per_block(g.group);
+    g.head_chunks = one_head ? g.group : head_chunks(g.group);
     g.units = head_dim / unit_elements;
     g.key_lanes = 1;
     while (g.key_lanes < g.units && g.key_lanes < 32) g.key_lanes *= 2;
@@ -130,7 +136,9 @@ struct RowFrag {
 
 }  // namespace
 
-template <typename T, bool Vec>
+// MaxHeads: the most query heads a block takes (kMaxGroupHeads, or 1 for a block per head); registers and
+// unrolled head loops are sized by it.
+template <typename T, bool Vec, int MaxHeads>
 __global__ void __launch_bounds__(kAttnThreads)
     paged_attention_kernel(float* out,                  // [n, n_heads, head_dim] (when gridDim.x == 1)
                            float* partials,             // [n, n_heads, n_splits, kPartialStride] (otherwise)
@@ -180,12 +188,12 @@ __global__ void __launch_bounds__(kAttnThreads)
 
     // q_s: the heads' queries, zero past head_dim (lanes multiply them with K elements they did not load,
     // which read as zero); after the key loop, the buffer in which key groups' accumulators are summed.
-    __shared__ float q_s[kMaxGroupHeads * kCudaMaxHeadDim];
-    __shared__ float p_s[kMaxGroupHeads * kAttnTile];  // [head][key]: scores, then probabilities, of the tile
-    __shared__ int64_t offset_s[kAttnTile];            // element offset of each tile key's K row (kv head, layer)
-    __shared__ float corr_s[kMaxGroupHeads];           // per head: e^(old max - new max) of the current tile
-    __shared__ float m_s[kMaxGroupHeads];              // per head, after the key loop: max
-    __shared__ float l_s[kMaxGroupHeads];              // and sum
+    __shared__ float q_s[MaxHeads * kCudaMaxHeadDim > kSumElements ? MaxHeads * kCudaMaxHeadDim : kSumElements];
+    __shared__ float p_s[MaxHeads * kAttnTile];  // [head][key]: scores, then probabilities, of the tile
+    __shared__ int64_t offset_s[kAttnTile];      // element offset of each tile key's K row (kv head, layer)
+    __shared__ float corr_s[MaxHeads];           // per head: e^(old max - new max) of the current tile
+    __shared__ float m_s[MaxHeads];              // per head, after the key loop: max
+    __shared__ float l_s[MaxHeads];              // and sum
 
     for (int i = tid; i < hc * kCudaMaxHeadDim; i += kAttnThreads) {
         const int h = i / kCudaMaxHeadDim, d = i % kCudaMaxHeadDim;
@@ -205,13 +213,13 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int vg = tid / units, vu = tid % units;
 
     // Online softmax state of head warp + i * kAttnWarps, kept by every lane of that warp.
-    constexpr int kHeadsPerWarp = kMaxGroupHeads / kAttnWarps;
+    constexpr int kHeadsPerWarp = (MaxHeads + kAttnWarps - 1) / kAttnWarps;
     float m[kHeadsPerWarp], l[kHeadsPerWarp];
 #pragma unroll
     for (int i = 0; i < kHeadsPerWarp; i++) m[i] = -INFINITY, l[i] = 0.0f;
-    float acc[kMaxGroupHeads][VFrag::kElements];
+    float acc[MaxHeads][VFrag::kElements];
 #pragma unroll
-    for (int h = 0; h < kMaxGroupHeads; h++)
+    for (int h = 0; h < MaxHeads; h++)
 #pragma unroll
         for (int e = 0; e < VFrag::kElements; e++) acc[h][e] = 0.0f;
     __syncthreads();
@@ -226,9 +234,9 @@ __global__ void __launch_bounds__(kAttnThreads)
         __syncthreads();
 
         {  // Scores. The query slice matching this lane's units, reloaded per tile (not live in the output loop).
-            float qr[kMaxGroupHeads][kLaneSlots];
+            float qr[MaxHeads][kLaneSlots];
 #pragma unroll
-            for (int h = 0; h < kMaxGroupHeads; h++) {
+            for (int h = 0; h < MaxHeads; h++) {
                 if (h < hc) {
 #pragma unroll
                     for (int e = 0; e < kLaneSlots; e++) {
@@ -248,9 +256,9 @@ __global__ void __launch_bounds__(kAttnThreads)
                 }
 #pragma unroll
                 for (int b = 0; b < kLoadBatch; b++) {
-                    float s[kMaxGroupHeads];
+                    float s[MaxHeads];
 #pragma unroll
-                    for (int h = 0; h < kMaxGroupHeads; h++) {
+                    for (int h = 0; h < MaxHeads; h++) {
                         s[h] = 0.0f;
                         if (h < hc) {
 #pragma unroll
@@ -259,13 +267,13 @@ __global__ void __launch_bounds__(kAttnThreads)
                     }
                     for (int o = key_lanes / 2; o > 0; o /= 2) {
 #pragma unroll
-                        for (int h = 0; h < kMaxGroupHeads; h++)
+                        for (int h = 0; h < MaxHeads; h++)
                             if (h < hc) s[h] += __shfl_xor_sync(0xffffffffu, s[h], o);
                     }
                     const int jj = base + b * rows_per_step + first_row;
                     if (gl == 0 && jj < tile_n) {
 #pragma unroll
-                        for (int h = 0; h < kMaxGroupHeads; h++)
+                        for (int h = 0; h < MaxHeads; h++)
                             if (h < hc) p_s[h * kAttnTile + jj] = s[h] * scale;
                     }
                 }
@@ -300,7 +308,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 
         // Output: every V row of the tile read once, accumulated into each head.
 #pragma unroll
-        for (int h = 0; h < kMaxGroupHeads; h++) {
+        for (int h = 0; h < MaxHeads; h++) {
             if (h < hc) {
                 const float c = corr_s[h];
 #pragma unroll
@@ -321,7 +329,7 @@ __global__ void __launch_bounds__(kAttnThreads)
                     const int jj = base + b * key_groups;
                     if (jj < tile_n) {
 #pragma unroll
-                        for (int h = 0; h < kMaxGroupHeads; h++) {
+                        for (int h = 0; h < MaxHeads; h++) {
                             if (h < hc) {
                                 const float p = p_s[h * kAttnTile + jj];
 #pragma unroll
@@ -345,7 +353,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     // Per head: the key groups' accumulators into q_s ([key group][head_dim]), summed in group order.
     float* sum_s = q_s;
 #pragma unroll
-    for (int h = 0; h < kMaxGroupHeads; h++) {
+    for (int h = 0; h < MaxHeads; h++) {
         if (h < hc) {  // uniform over the block: every thread reaches both barriers
             if (vg < key_groups) {
 #pragma unroll
@@ -407,42 +415,59 @@ void check_attention_args(const char* who, const KvLayout& layout, int32_t n, in
     if (layout.n_kv_heads <= 0 || n_heads % layout.n_kv_heads != 0) fail("n_heads is not a multiple of n_kv_heads");
 }
 
+template <typename T, int MaxHeads>
+void launch_attention_kernel(const dim3& grid, bool vec, const AttnGeometry& geo, float* out, float* partials,
+                             const float* q, const T* kv, const KvLayout& layout, int32_t layer,
+                             const int32_t* block_table, const int32_t* positions, int32_t n_heads,
+                             int32_t keys_per_split, float scale, cudaStream_t stream) {
+    if constexpr (!kIsQ8Kv<T>) {
+        if (vec) {
+            paged_attention_kernel<T, true, MaxHeads><<<grid, kAttnThreads, 0, stream>>>(
+                out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
+            return;
+        }
+    }
+    paged_attention_kernel<T, false, MaxHeads><<<grid, kAttnThreads, 0, stream>>>(
+        out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
+}
+
 template <typename T>
 void launch_attention_kernel(float* out, float* partials, const float* q, const T* kv, const KvLayout& layout,
                              int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
-                             int32_t n_heads, int32_t n_splits, int32_t keys_per_split, float scale,
+                             int32_t n_heads, int32_t n_splits, int32_t keys_per_split, int32_t n_sms, float scale,
                              cudaStream_t stream) {
     // 16-byte loads when every K/V row starts 16-byte aligned: rows start at multiples of head_dim elements.
     // q8_0 rows (34-byte blocks, 2-byte aligned) are read element by element.
     const bool vec = !kIsQ8Kv<T> && (int64_t(layout.head_dim) * sizeof(T)) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(kv) % 16 == 0;
-    const AttnGeometry geo =
-        attention_geometry(layout.head_dim, n_heads, layout.n_kv_heads, vec ? 16 / int(sizeof(T)) : 1);
+    const int32_t unit_elements = vec ? 16 / int(sizeof(T)) : 1;
+    const int32_t group = n_heads / layout.n_kv_heads;
+    const int64_t grouped_blocks = int64_t(n_splits) * n * layout.n_kv_heads * head_chunks(group);
+    const bool one_head = group > 1 && grouped_blocks < n_sms;
+    const AttnGeometry geo = attention_geometry(layout.head_dim, n_heads, layout.n_kv_heads, unit_elements, one_head);
     // grid.y = n_kv_heads * head_chunks <= n_heads <= 65535.
     const dim3 grid(unsigned(n_splits), unsigned(layout.n_kv_heads * geo.head_chunks), unsigned(n));
-    if constexpr (!kIsQ8Kv<T>) {
-        if (vec) {
-            paged_attention_kernel<T, true><<<grid, kAttnThreads, 0, stream>>>(
-                out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
-            return;
-        }
-    }
-    paged_attention_kernel<T, false><<<grid, kAttnThreads, 0, stream>>>(
-        out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
+    if (geo.heads_per_block == 1)
+        launch_attention_kernel<T, 1>(grid, vec, geo, out, partials, q, kv, layout, layer, block_table, positions,
+                                      n_heads, keys_per_split, scale, stream);
+    else
+        launch_attention_kernel<T, kMaxGroupHeads>(grid, vec, geo, out, partials, q, kv, layout, layer, block_table,
+                                                   positions, n_heads, keys_per_split, scale, stream);
 }
 
-// Launches the attention kernel on an (n_splits, n_kv_heads * head_chunks, n) grid, then the combine kernel
-// when n_splits > 1. keys_per_split <= 0: derived per query on the device. Neither allocates nor synchronizes
-// (both launchers are captured in CUDA graphs).
+// Launches the attention kernel on an (n_splits, n_kv_heads * head_chunks, n) grid (a block per query head
+// when the grouped grid would be smaller than n_sms), then the combine kernel when n_splits > 1.
+// keys_per_split <= 0: derived per query on the device. Neither allocates nor synchronizes (both launchers
+// are captured in CUDA graphs).
 void launch_attention(float* out, const float* q, const void* kv, const KvLayout& layout, int32_t layer,
                       const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads,
-                      int32_t n_splits, int32_t keys_per_split, const AttentionScratch& scratch,
+                      int32_t n_splits, int32_t keys_per_split, int32_t n_sms, const AttentionScratch& scratch,
                       cudaStream_t stream) {
     const float scale = 1.0f / std::sqrt(float(layout.head_dim));
     KVLM_DISPATCH_KV_DTYPE(layout.dtype, T,
                         launch_attention_kernel<T>(out, scratch.partials, q, static_cast<const T*>(kv), layout,
                                                    layer, block_table, positions, n, n_heads, n_splits,
-                                                   keys_per_split, scale, stream));
+                                                   keys_per_split, n_sms, scale, stream));
     CUDA_CHECK_LAUNCH();
     if (n_splits > 1) {
         attention_combine_kernel<<<dim3(unsigned(n_heads), unsigned(n)), 128, 0, stream>>>(
@@ -485,12 +510,12 @@ void launch_paged_attention(float* out, const float* q, const void* kv, const Kv
     int64_t keys_per_split = (int64_t(max_keys) + n_splits - 1) / n_splits;
     keys_per_split = (keys_per_split + kAttnTile - 1) / kAttnTile * kAttnTile;
     launch_attention(out, q, kv, layout, layer, block_table, positions, n, n_heads,
-                     n_splits, int32_t(keys_per_split), scratch, stream);
+                     n_splits, int32_t(keys_per_split), n_sms, scratch, stream);
 }
 
 void launch_paged_attention_splits(float* out, const float* q, const void* kv, const KvLayout& layout,
                                    int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
-                                   int32_t n_heads, int32_t n_splits, const AttentionScratch& scratch,
+                                   int32_t n_heads, int32_t n_splits, int32_t n_sms, const AttentionScratch& scratch,
                                    cudaStream_t stream) {
     if (n <= 0) return;
     check_attention_args("launch_paged_attention_splits", layout, n, n_heads);
@@ -498,7 +523,7 @@ void launch_paged_attention_splits(float* out, const float* q, const void* kv, c
     if (n_splits > 1 && (!scratch.partials || int64_t(n) * n_heads * n_splits > scratch.max_rows))
         cuda_throw("launch_paged_attention_splits: scratch holds fewer than n * n_heads * n_splits rows");
     launch_attention(out, q, kv, layout, layer, block_table, positions, n, n_heads,
-                     n_splits, 0, scratch, stream);
+                     n_splits, 0, n_sms, scratch, stream);
 }
 
 }  // namespace kvlm

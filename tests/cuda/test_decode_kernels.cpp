@@ -143,7 +143,7 @@ TEST_CASE("cuda kernels: fixed-split paged attention vs paged_attention_cpu") {
                                 cuda_test::paged_attention_splits(got.data(), q.data(), pool.bytes.data(),
                                                                   pool.n_blocks, pool.layout, layer, pool.table.data(),
                                                                   int32_t(pool.table.size()), positions.data(), n,
-                                                                  heads.n_heads, n_splits);
+                                                                  heads.n_heads, n_splits, 132);
                                 check_close(got.data(), want.data(), want.size(), 2e-5f, 1e-4f,
                                             "attention " + describe(pool, heads.n_heads, positions) + " n_splits " +
                                                 std::to_string(n_splits));
@@ -184,7 +184,7 @@ TEST_CASE("cuda kernels: fixed-split attention with paged_attention_split_count'
                         cuda_test::paged_attention_splits(got.data(), q.data(), pool.bytes.data(), pool.n_blocks,
                                                           pool.layout, layer, pool.table.data(),
                                                           int32_t(pool.table.size()), positions.data(), n,
-                                                          heads.n_heads, n_splits);
+                                                          heads.n_heads, n_splits, n_sms);
                         const std::string what = "split choice " + describe(pool, heads.n_heads, positions) +
                                                  " n_sms " + std::to_string(n_sms) + " scratch " +
                                                  std::to_string(rows) + " n_splits " + std::to_string(n_splits);
@@ -245,14 +245,21 @@ TEST_CASE("cuda kernels: decode-step attention over GQA group sizes and head siz
                                     positions.data(), n, c.heads.n_heads, nullptr);
                 for (int32_t n_splits : {1, 2, 5, 64}) {
                     if (cuda_emulated() && (n_splits == 2 || n_splits == 64)) continue;
-                    std::vector<float> got(q.size());
-                    cuda_test::paged_attention_splits(got.data(), q.data(), pool.bytes.data(), pool.n_blocks,
+                    // A block per GQA group (n_sms 1), then a block per query head (n_sms huge): the same bits.
+                    std::vector<float> grouped(q.size()), per_head(q.size());
+                    const std::string what = "attention " + describe(pool, c.heads.n_heads, positions) +
+                                             " n_splits " + std::to_string(n_splits);
+                    cuda_test::paged_attention_splits(grouped.data(), q.data(), pool.bytes.data(), pool.n_blocks,
                                                       pool.layout, layer, pool.table.data(),
                                                       int32_t(pool.table.size()), positions.data(), n,
-                                                      c.heads.n_heads, n_splits);
-                    check_close(got.data(), want.data(), want.size(), 2e-5f, 1e-4f,
-                                "attention " + describe(pool, c.heads.n_heads, positions) + " n_splits " +
-                                    std::to_string(n_splits));
+                                                      c.heads.n_heads, n_splits, 1);
+                    check_close(grouped.data(), want.data(), want.size(), 2e-5f, 1e-4f, what + " grouped");
+                    if (cuda_emulated() && n_splits != 1) continue;
+                    cuda_test::paged_attention_splits(per_head.data(), q.data(), pool.bytes.data(), pool.n_blocks,
+                                                      pool.layout, layer, pool.table.data(),
+                                                      int32_t(pool.table.size()), positions.data(), n,
+                                                      c.heads.n_heads, n_splits, 1 << 20);
+                    check_same(per_head.data(), grouped.data(), want.size(), what + " a block per head vs grouped");
                 }
             }
         }
