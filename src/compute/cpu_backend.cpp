@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "compute/cpu_ops.h"
@@ -17,6 +19,24 @@
 namespace kvlm {
 
 namespace {
+
+// Activation scratch ([kCpuMaxBatch] rows, 13 MB for SmolLM2) from calloc: fresh pages that the OS zeroes on
+// first touch, so a next turn's one-token steps do not fault in rows they never use (vector::resize wrote
+// all of them at start-up).
+class ZeroedFloats {
+public:
+    void allocate(size_t n) {
+        data_.reset(static_cast<float*>(std::calloc(std::max<size_t>(n, 1), sizeof(float))));
+        if (!data_) throw std::bad_alloc();
+    }
+    float* data() const { return data_.get(); }
+
+private:
+    struct Free {
+        void operator()(float* p) const { std::free(p); }
+    };
+    std::unique_ptr<float, Free> data_;
+};
 
 class CpuBackend final : public Backend {
 public:
@@ -44,15 +64,15 @@ public:
         max_batch_ = std::max(max_batch_, 1);
         size_t b = size_t(max_batch_);
         int64_t q_dim = int64_t(config_.n_heads) * config_.head_dim, kv_dim = layout_.row_elements();
-        x_.resize(b * size_t(config_.n_embd));
-        h_.resize(b * size_t(config_.n_embd));
-        tmp_.resize(b * size_t(config_.n_embd));
-        q_.resize(b * size_t(q_dim));
-        att_.resize(b * size_t(q_dim));
-        k_.resize(b * size_t(kv_dim));
-        v_.resize(b * size_t(kv_dim));
-        gate_.resize(b * size_t(config_.n_ff));
-        up_.resize(b * size_t(config_.n_ff));
+        x_.allocate(b * size_t(config_.n_embd));
+        h_.allocate(b * size_t(config_.n_embd));
+        tmp_.allocate(b * size_t(config_.n_embd));
+        q_.allocate(b * size_t(q_dim));
+        att_.allocate(b * size_t(q_dim));
+        k_.allocate(b * size_t(kv_dim));
+        v_.allocate(b * size_t(kv_dim));
+        gate_.allocate(b * size_t(config_.n_ff));
+        up_.allocate(b * size_t(config_.n_ff));
         positions_.resize(b);
         name_ = fmt::format("cpu ({} threads, {})", pool_.n_threads(), cpu_path_text());
     }
@@ -178,7 +198,7 @@ private:
     std::vector<float> inv_freq_;  // [head_dim / 2]
     // Scratch for one batch: x/h/tmp [max_batch, n_embd], q/att [max_batch, n_heads*head_dim],
     // k/v [max_batch, n_kv_heads*head_dim], gate/up [max_batch, n_ff].
-    std::vector<float> x_, h_, tmp_, q_, att_, k_, v_, gate_, up_;
+    ZeroedFloats x_, h_, tmp_, q_, att_, k_, v_, gate_, up_;
     std::vector<int32_t> positions_;  // [max_batch]
     std::string name_;
 };

@@ -76,16 +76,26 @@ void parse_kv_mem(const std::string& text, EngineOptions* options) {
 }
 
 Engine::Engine(const std::string& model_path, const EngineOptions& options) {
-    auto start = std::chrono::steady_clock::now();
+    using Clock = std::chrono::steady_clock;
+    auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+    const auto start = Clock::now();
     model_ = ModelFile::open(model_path);
+    const double open_seconds = seconds_since(start);
     // The tokenizer (tens of ms for a 49k-piece BPE vocabulary) is built on a second thread while this one
     // verifies the weights (which also maps them in): start-up is the longer of the two, not their sum.
     // The future's destructor waits for it whichever of the two throws. Where no thread can be started,
     // libstdc++ falls back to `deferred`: get() builds it here (the thread pool then reports the limit).
-    std::future<std::unique_ptr<Tokenizer>> tokenizer = std::async(std::launch::async | std::launch::deferred, [this] {
-        return std::make_unique<Tokenizer>(model_->metadata().tokenizer);
-    });
+    double tokenizer_seconds = 0;
+    std::future<std::unique_ptr<Tokenizer>> tokenizer =
+        std::async(std::launch::async | std::launch::deferred, [this, &tokenizer_seconds, seconds_since] {
+            const auto built = Clock::now();
+            auto made = std::make_unique<Tokenizer>(model_->metadata().tokenizer);
+            tokenizer_seconds = seconds_since(built);
+            return made;
+        });
+    const auto checked = Clock::now();
     const ModelCheck check = check_model_at_load(*model_, !options.quiet);
+    const double check_seconds = seconds_since(checked);
     if (check.first_use && !options.quiet)
         std::fprintf(stderr, "kvlm: verified the checksums of %s (%s) on its first use in %.1f s; later runs skip "
                      "that until the file changes\n",
@@ -145,15 +155,26 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
         backend_options.kv_mem_fraction = options.kv_mem_fraction;  // the backend may grow the pool from there
     }
 
+    const auto backend_start = Clock::now();
     backend_ = cuda ? make_cuda_backend(*model_, backend_options) : make_cpu_backend(*model_, backend_options);
+    const double backend_seconds = seconds_since(backend_start);
     device_name_ = backend_->name();
     pool_ = std::make_unique<KvPool>(backend_->n_kv_blocks(), options.block_size);
     prefix_cache_ = std::make_unique<PrefixCache>(
         *pool_, *backend_, kv_namespace_hash(model_->fingerprint(), kv_dtype_, options.block_size));
-    load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    load_seconds_ = seconds_since(start);
     if (!options.quiet) {
         if (!threads_note.empty()) std::fprintf(stderr, "kvlm: warning: %s\n", threads_note.c_str());
-        if (options.verbose) std::fprintf(stderr, "kvlm: device %s (%s)\n", device_name_.c_str(), device_why.c_str());
+        if (options.verbose) {
+            std::fprintf(stderr, "kvlm: device %s (%s)\n", device_name_.c_str(), device_why.c_str());
+            // Where start-up goes (issue 17's <= 50 ms budget): the tokenizer and the weights check overlap.
+            std::fprintf(stderr,
+                         "kvlm: load %.3f s: model file %.3f s, tokenizer %.3f s beside the weights check %.3f s%s, "
+                         "backend %.3f s (KV pool %s)\n",
+                         load_seconds_, open_seconds, tokenizer_seconds, check_seconds,
+                         check.verified ? "" : " (skipped: verified before)", backend_seconds,
+                         byte_size_text(uint64_t(backend_->n_kv_blocks()) * backend_->kv_block_bytes()).c_str());
+        }
         if (!kv_why.empty()) std::fprintf(stderr, "kvlm: KV cache %s (%s)\n", dtype_name(kv_dtype_), kv_why.c_str());
         if (!options.block_size_why.empty())
             std::fprintf(stderr, "kvlm: KV block size %d (%s)\n", options.block_size, options.block_size_why.c_str());

@@ -12,10 +12,6 @@ namespace kvlm {
 
 namespace {
 
-uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-}
-
 struct Symbol {
     int32_t id;  // -1: a byte without a token (cannot merge)
     int32_t prev, next;
@@ -75,7 +71,7 @@ BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
             const std::string& merge = data.merges[first + i];
             if (merge.find(' ') == std::string::npos) continue;  // no pair: can never apply
             if (ids[2 * i] >= 0 && ids[2 * i + 1] >= 0 && results[i] >= 0) {
-                merges_.emplace(pair_key(ids[2 * i], ids[2 * i + 1]), Merge{rank, results[i]});
+                merges_.insert(PairMap::key(ids[2 * i], ids[2 * i + 1]), BpeMerge{rank, results[i]});
                 continue;
             }
             add_merge_at_later_space(merge, rank);
@@ -95,7 +91,7 @@ void BpeEncoder::add_merge_at_later_space(const std::string& merge, int32_t rank
         joined.append(merge, space + 1, std::string::npos);
         const int32_t result = piece_to_id_.find(joined);
         if (result < 0) continue;
-        merges_.emplace(pair_key(left, right), Merge{rank, result});
+        merges_.insert(PairMap::key(left, right), BpeMerge{rank, result});
         return;
     }
     // A merge over pieces missing from the vocabulary can never apply and is skipped.
@@ -123,9 +119,9 @@ void BpeEncoder::encode_word(std::string_view word, std::vector<int32_t>& out) c
         if (left < 0 || right < 0) return;
         const int32_t left_id = symbols[left].id, right_id = symbols[right].id;
         if (left_id < 0 || right_id < 0) return;
-        auto it = merges_.find(pair_key(left_id, right_id));
-        if (it == merges_.end()) return;
-        queue.push({it->second.rank, left, right, left_id, right_id, it->second.result});
+        const BpeMerge* merge = merges_.find(PairMap::key(left_id, right_id));
+        if (!merge) return;
+        queue.push({merge->rank, left, right, left_id, right_id, merge->result});
     };
     for (int32_t i = 1; i < n; ++i) try_add(i - 1, i);
 

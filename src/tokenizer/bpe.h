@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "format/tokenizer_data.h"
+#include "tokenizer/pair_map.h"
 #include "tokenizer/piece_map.h"
 #include "tokenizer/pretokenizer.h"
 
@@ -25,10 +25,6 @@ public:
     size_t n_merges() const { return merges_.size(); }
 
 private:
-    struct Merge {
-        int32_t rank;
-        int32_t result;  // token id of left + right
-    };
     void encode_word(std::string_view word, std::vector<int32_t>& out) const;
     // The merge's pair split at its second space or later (vocabularies whose pieces contain ' ').
     void add_merge_at_later_space(const std::string& merge, int32_t rank);
@@ -36,7 +32,7 @@ private:
     PreTokenizer pre_;
     bool ignore_merges_;  // Llama 3: a pre-tokenized word that is itself a token is taken whole
     PieceMap piece_to_id_;                                       // normal and byte pieces
-    std::unordered_map<uint64_t, Merge> merges_;                 // key: left id << 32 | right id
+    PairMap merges_;                                             // (left id, right id) -> rank, result
     std::array<int32_t, 256> byte_ids_;                          // token of each single byte, -1 if absent
 };
 

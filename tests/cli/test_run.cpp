@@ -3,8 +3,8 @@
 // clear errors (non-zero exit, message on stderr, nothing on stdout) for bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <regex>
-
 #include <string>
 #include <vector>
 
@@ -135,6 +135,12 @@ TEST_CASE("run: every CPU kernel path gives the same greedy text; KVLM_CPU_PATH 
         const std::vector<std::string> args = {"run", "-m", model, "-p", "Once upon a time", "-n", "40", "--temp", "0", "-v"};
         CliResult best = run_kvlm(args);
         REQUIRE(best.exit_code == 0);
+        // -v also says where start-up went (issue 17's budget), the parts adding up to no more than the whole.
+        std::smatch m;
+        const std::regex load("kvlm: load ([0-9.]+) s: model file ([0-9.]+) s, tokenizer ([0-9.]+) s beside the "
+                              "weights check ([0-9.]+) s, backend ([0-9.]+) s \\(KV pool [0-9.]+[KMG]?i?B\\)\n");
+        REQUIRE_MESSAGE(std::regex_search(best.err, m, load), best.err);
+        CHECK(std::stod(m[2]) + std::max(std::stod(m[3]), std::stod(m[4])) + std::stod(m[5]) <= std::stod(m[1]) + 0.002);
         for (const char* path : {"scalar", "avx2", "avx512"}) {
             CAPTURE(path);
             CliResult r = run_shell(std::string("KVLM_CPU_PATH=") + path + " " + kvlm_command(args));
