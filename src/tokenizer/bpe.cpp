@@ -35,12 +35,18 @@ struct BigramOrder {  // lowest rank first, then leftmost
 
 BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
     ignore_merges_ = pre_.name() == "llama3";
-    piece_to_id_.reserve(data.tokens.size());
+    std::vector<std::string_view> vocabulary;
+    std::vector<int32_t> vocabulary_ids;
+    vocabulary.reserve(data.tokens.size());
+    vocabulary_ids.reserve(data.tokens.size());
     for (size_t id = 0; id < data.tokens.size(); ++id) {
         const auto type = static_cast<TokenType>(data.token_types[id]);
-        if (type == TokenType::normal || type == TokenType::byte)
-            piece_to_id_.insert(data.tokens[id], static_cast<int32_t>(id));
+        if (type == TokenType::normal || type == TokenType::byte) {
+            vocabulary.push_back(data.tokens[id]);
+            vocabulary_ids.push_back(static_cast<int32_t>(id));
+        }
     }
+    piece_to_id_.insert_many(vocabulary.data(), vocabulary_ids.data(), vocabulary.size());
     for (int b = 0; b < 256; ++b) {
         byte_ids_[b] = piece_to_id_.find(byte_to_unicode(static_cast<uint8_t>(b)));
     }
@@ -53,6 +59,8 @@ BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
     std::vector<std::string_view> pieces(2 * kBatch), joined_views(kBatch);
     std::vector<std::string> joined(kBatch);
     std::vector<int32_t> ids(2 * kBatch), results(kBatch);
+    std::vector<uint64_t> keys(kBatch);
+    std::vector<BpeMerge> found(kBatch);
     for (size_t first = 0; first < data.merges.size(); first += kBatch) {
         const size_t count = std::min(kBatch, data.merges.size() - first);
         for (size_t i = 0; i < count; i++) {
@@ -66,20 +74,23 @@ BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
         }
         piece_to_id_.find_many(pieces.data(), ids.data(), 2 * count);
         piece_to_id_.find_many(joined_views.data(), results.data(), count);
+        size_t n_found = 0;  // in rank order, so that the first (lowest-rank) merge of a pair stays
         for (size_t i = 0; i < count; i++) {
             const int32_t rank = static_cast<int32_t>(first + i);
             const std::string& merge = data.merges[first + i];
             if (merge.find(' ') == std::string::npos) continue;  // no pair: can never apply
             if (ids[2 * i] >= 0 && ids[2 * i + 1] >= 0 && results[i] >= 0) {
-                merges_.insert(PairMap::key(ids[2 * i], ids[2 * i + 1]), BpeMerge{rank, results[i]});
-                continue;
+                keys[n_found] = PairMap::key(ids[2 * i], ids[2 * i + 1]);
+                found[n_found++] = BpeMerge{rank, results[i]};
+            } else if (split_at_later_space(merge, &keys[n_found], &found[n_found].result)) {
+                found[n_found++].rank = rank;
             }
-            add_merge_at_later_space(merge, rank);
         }
+        merges_.insert_many(keys.data(), found.data(), n_found);
     }
 }
 
-void BpeEncoder::add_merge_at_later_space(const std::string& merge, int32_t rank) {
+bool BpeEncoder::split_at_later_space(const std::string& merge, uint64_t* key, int32_t* result) const {
     std::string joined;
     for (size_t space = merge.find(' ', merge.find(' ') + 1); space != std::string::npos;
          space = merge.find(' ', space + 1)) {
@@ -89,12 +100,12 @@ void BpeEncoder::add_merge_at_later_space(const std::string& merge, int32_t rank
         if (right < 0) continue;
         joined.assign(merge, 0, space);
         joined.append(merge, space + 1, std::string::npos);
-        const int32_t result = piece_to_id_.find(joined);
-        if (result < 0) continue;
-        merges_.insert(PairMap::key(left, right), BpeMerge{rank, result});
-        return;
+        *result = piece_to_id_.find(joined);
+        if (*result < 0) continue;
+        *key = PairMap::key(left, right);
+        return true;
     }
-    // A merge over pieces missing from the vocabulary can never apply and is skipped.
+    return false;  // a merge over pieces missing from the vocabulary can never apply and is skipped
 }
 
 void BpeEncoder::encode(std::string_view text, std::vector<int32_t>& out) const {

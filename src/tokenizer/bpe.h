@@ -26,8 +26,9 @@ public:
 
 private:
     void encode_word(std::string_view word, std::vector<int32_t>& out) const;
-    // The merge's pair split at its second space or later (vocabularies whose pieces contain ' ').
-    void add_merge_at_later_space(const std::string& merge, int32_t rank);
+    // The merge's pair split at its second space or later (vocabularies whose pieces contain ' '): its key and
+    // the joined piece's id; false when no split names vocabulary pieces.
+    bool split_at_later_space(const std::string& merge, uint64_t* key, int32_t* result) const;
 
     PreTokenizer pre_;
     bool ignore_merges_;  // Llama 3: a pre-tokenized word that is itself a token is taken whole

@@ -33,6 +33,12 @@ void PairMap::insert(uint64_t key, BpeMerge merge) {
     }
 }
 
+void PairMap::insert_many(const uint64_t* keys, const BpeMerge* merges, size_t n) {
+    reserve(size_ + n);
+    for (size_t i = 0; i < n; i++) __builtin_prefetch(&slots_[slot_of(keys[i])], 1);
+    for (size_t i = 0; i < n; i++) insert(keys[i], merges[i]);
+}
+
 const BpeMerge* PairMap::find(uint64_t key) const {
     if (slots_.empty()) return nullptr;
     const size_t mask = slots_.size() - 1;

@@ -28,9 +28,26 @@ void PieceMap::reserve(size_t expected) {
 
 void PieceMap::grow() { reserve(slots_.empty() ? 8 : slots_.size()); }
 
-void PieceMap::insert(std::string_view piece, int32_t id) {
+void PieceMap::insert(std::string_view piece, int32_t id) { insert_hashed(piece, hash_piece(piece), id); }
+
+void PieceMap::insert_many(const std::string_view* pieces, const int32_t* ids, size_t n) {
+    constexpr size_t kBatch = 32;
+    uint64_t hashes[kBatch];
+    reserve(size_ + n);
+    const size_t mask = slots_.size() - 1;
+    for (size_t i0 = 0; i0 < n; i0 += kBatch) {
+        const size_t count = std::min(kBatch, n - i0);
+        for (size_t i = 0; i < count; i++) {
+            hashes[i] = hash_piece(pieces[i0 + i]);
+            __builtin_prefetch(&slots_[hashes[i] & mask], 1);
+        }
+        for (size_t i = 0; i < count; i++)
+            insert_hashed(pieces[i0 + i], hashes[i], ids[i0 + i]);
+    }
+}
+
+void PieceMap::insert_hashed(std::string_view piece, uint64_t hash, int32_t id) {
     if ((size_ + 1) * 2 > slots_.size()) grow();
-    const uint64_t hash = hash_piece(piece);
     const size_t mask = slots_.size() - 1;
     for (size_t i = hash & mask;; i = (i + 1) & mask) {
         Slot& s = slots_[i];
