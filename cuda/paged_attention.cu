@@ -8,7 +8,8 @@
 // query head gets its own block instead (a kernel compiled for one head): a grouped block is a serial chain
 // of instructions that no other warp hides (H200, ncu, SmolLM2's decode at 64 keys: 3 blocks, ~2,000
 // instructions per warp at ~10 cycles each, 16 us), and the group's shared rows come from L2 at that size.
-// Both kernels do each head's arithmetic in the same order, so they give the same bits. The block walks its share of the keys in tiles of kAttnTile with an online softmax per head:
+// Both kernels do each head's arithmetic in the same order, so they give the same bits.
+// The block walks its share of the keys in tiles of kAttnTile with an online softmax per head:
 //   - scores: groups of key_lanes lanes take one K row each; a lane loads units gl, gl + key_lanes, ... of
 //     the row (16-byte chunks when head_dim * sizeof(T) is a multiple of 16, else, and always for a q8_0
 //     cache, single elements read through load_kv), holds
