@@ -202,6 +202,9 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
                                   const std::vector<int32_t>& fresh_prompt_ids, const TextCallback& on_text,
                                   const std::atomic<bool>* cancel) {
     if (options.n_samples != 1) throw_error("--samples with --session is not supported");
+    using Clock = std::chrono::steady_clock;
+    auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+    const auto turn_start = Clock::now();  // "start to first token" counts the lock and the restore too
     const std::string& name = options.session.name;
     SessionStore store(session_store_dir(options.session.dir));
     if (store.has_chat_messages(name))
@@ -211,8 +214,6 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
     uint64_t quota = session_quota_bytes(options.session.quota);
     FileLock lock = store.lock_session(name);  // held until the save is done
 
-    using Clock = std::chrono::steady_clock;
-    auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     Sequence seq;
     auto restore_start = Clock::now();
     RestoredSession restored = restore_session(engine, store, name, seq);
@@ -229,7 +230,9 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         std::vector<int32_t> prompt_ids = tokens_to_prefill(engine, seq, restored, new_ids);
         int32_t n_restored = seq.table.n_tokens;
         Sampler sampler(options.sampling);
+        const double before_generate = seconds_since(turn_start);
         result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text, cancel);
+        result.first_token_seconds += before_generate;
         result.n_restored = n_restored;
         result.n_prompt += n_restored;
         auto save_start = Clock::now();
@@ -257,6 +260,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
 GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options, const std::string& message,
                                        const TextCallback& on_text, const std::atomic<bool>* cancel) {
     if (options.n_samples != 1) throw_error("--samples with --session is not supported");
+    const auto turn_start = std::chrono::steady_clock::now();  // "start to first token" counts the restore too
     const std::string& name = options.session.name;
     ChatSession chat(engine, chat_template_for_session(engine, options.chat_template, options.session),
                      options.system);
@@ -271,7 +275,10 @@ GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options
     ChatStore store(options.session);
     if (store.open(name, engine, chat)) check_continued_system_prompt(chat, options.system, name);
     Sampler sampler(options.sampling);
+    const double before_send =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - turn_start).count();
     GenerationResult result = chat.send(message, options.n_predict, sampler, on_text, cancel);
+    result.first_token_seconds += before_send;
     store.save(engine, chat);
     return result;
 }

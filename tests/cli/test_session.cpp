@@ -132,6 +132,26 @@ TEST_CASE("session cli: 3 turns as 3 processes == 3 turns in one engine, only ne
     CHECK(show.out.find("Lily saw a big red ball.") != std::string::npos);
 }
 
+TEST_CASE("session cli: start to first token of a continued session counts its restore") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    // One block file per token makes the restore of ~400 tokens take milliseconds even for stories260K.
+    std::string history;
+    for (int i = 0; i < 30; i++) history += "Once upon a time there was a little girl named Lily. ";
+    TempDir dir;
+    CliResult first = run_turn(dir.path(), "long", history, {"--block-size", "1"});
+    REQUIRE_MESSAGE(first.exit_code == 0, first.err);
+    CliResult next = run_turn(dir.path(), "long", " She", {"--verbose"});
+    REQUIRE_MESSAGE(next.exit_code == 0, next.err);
+    std::smatch restore, ttft, load;
+    REQUIRE_MESSAGE(std::regex_search(next.err, restore, std::regex("restored ([0-9]+) tokens \\([^)]*\\) in ([0-9.]+) s")),
+                    next.err);
+    REQUIRE(std::regex_search(next.err, ttft, std::regex("start to first token ([0-9.]+) s")));
+    REQUIRE(std::regex_search(next.err, load, std::regex("kvlm: load ([0-9.]+) s \\|")));
+    CHECK(std::stoi(restore[1]) > 300);
+    // The whole wait before the first token: the load, the restore and more (printed to 1 ms, restore to 0.1 ms).
+    CHECK_MESSAGE(std::stod(ttft[1]) + 0.00105 >= std::stod(load[1]) + std::stod(restore[2]), next.err);
+}
+
 TEST_CASE("session cli: damaged, missing or foreign files give the documented behaviour") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     TempDir clean;
