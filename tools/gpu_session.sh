@@ -112,7 +112,8 @@ stage_smoke() {
 
 # sanitize TOOL TIMEOUT FILTER [LABEL]: compute-sanitizer over some cases; its summary line.
 sanitize() {
-    local tool=$1 limit=$2 filter=$3 label=${4:-$1} log="$OUT/tests-${4:-$1}.log" rc
+    local tool=$1 limit=$2 filter=$3 label=${4:-$1} rc
+    local log="$OUT/tests-$label.log"
     timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$TESTS" -tc="$filter" >"$log" 2>&1
     rc=$?
     grep -E '^=========' "$log" | grep -v -E 'COMPUTE-SANITIZER' | head -10 >&2

@@ -93,9 +93,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
             tokenizer_seconds = seconds_since(built);
             return made;
         });
-    const auto checked = Clock::now();
     const ModelCheck check = check_model_at_load(*model_, !options.quiet);
-    const double check_seconds = seconds_since(checked);
     if (check.first_use && !options.quiet)
         std::fprintf(stderr, "kvlm: verified the checksums of %s (%s) on its first use in %.1f s; later runs skip "
                      "that until the file changes\n",
@@ -171,7 +169,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
             std::fprintf(stderr,
                          "kvlm: load %.3f s: model file %.3f s, tokenizer %.3f s beside the weights check %.3f s%s, "
                          "backend %.3f s (KV pool %s)\n",
-                         load_seconds_, open_seconds, tokenizer_seconds, check_seconds,
+                         load_seconds_, open_seconds, tokenizer_seconds, check.seconds,
                          check.verified ? "" : " (skipped: verified before)", backend_seconds,
                          byte_size_text(uint64_t(backend_->n_kv_blocks()) * backend_->kv_block_bytes()).c_str());
         }
