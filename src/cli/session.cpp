@@ -236,18 +236,17 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         result.n_restored = n_restored;
         result.n_prompt += n_restored;
         auto save_start = Clock::now();
-        int32_t n_written = save_session(engine, store, name, seq, result.transcript, restored, quota);
+        const SavedBlocks saved = save_session(engine, store, name, seq, result.transcript, restored, quota);
         if (options.verbose) {  // the figures bench/sessions.sh reports
-            double block_mib = double(engine.backend().kv_block_bytes()) / (1024.0 * 1024.0);
-            double restored_mib = block_mib * double(seq.table.blocks.size() ? (n_restored + engine.pool().block_size() - 1) /
-                                                                                   engine.pool().block_size()
-                                                                             : 0);
+            // The KV read from disk: a partial block's file holds its tokens' rows only.
+            const double restored_mib = double(n_restored) * double(engine.backend().kv_block_bytes()) /
+                                        double(engine.pool().block_size()) / (1024.0 * 1024.0);
             std::fprintf(stderr,
                          "kvlm: session %s: restored %d tokens (%.2f MiB of KV) in %.4f s (%.2f GB/s); saved %d new "
                          "block files (%.2f MiB) in %.4f s\n",
                          name.c_str(), n_restored, restored_mib, restore_seconds,
-                         restore_seconds > 0 ? restored_mib * 1048576.0 / 1e9 / restore_seconds : 0.0, n_written,
-                         block_mib * n_written, seconds_since(save_start));
+                         restore_seconds > 0 ? restored_mib * 1048576.0 / 1e9 / restore_seconds : 0.0, saved.n_files,
+                         double(saved.n_bytes) / (1024.0 * 1024.0), seconds_since(save_start));
         }
     } catch (...) {
         cache.release(seq);

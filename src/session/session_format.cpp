@@ -224,4 +224,26 @@ BlockFileHeader decode_block_header(const uint8_t* data, size_t size, uint64_t f
     return h;
 }
 
+BlockRecordShape block_record_shape(const SessionIdentity& identity) {
+    BlockRecordShape shape;
+    shape.n_slabs = size_t(identity.n_layers) * 2;
+    shape.block_size = identity.block_size;
+    shape.row_bytes = size_t(dtype_bytes(identity.kv_dtype, uint64_t(identity.n_kv_heads) * uint64_t(identity.head_dim)));
+    return shape;
+}
+
+void pack_partial_record(const BlockRecordShape& shape, int32_t n_tokens, uint8_t* record) {
+    const size_t slab = size_t(shape.block_size) * shape.row_bytes, kept = size_t(n_tokens) * shape.row_bytes;
+    for (size_t s = 1; s < shape.n_slabs; s++) std::memmove(record + s * kept, record + s * slab, kept);
+}
+
+void unpack_partial_record(const BlockRecordShape& shape, int32_t n_tokens, uint8_t* record) {
+    const size_t slab = size_t(shape.block_size) * shape.row_bytes, kept = size_t(n_tokens) * shape.row_bytes;
+    // From the last slab down: each moves to an offset at or after its own, past every slab still to move.
+    for (size_t s = shape.n_slabs; s-- > 0;) {
+        std::memmove(record + s * slab, record + s * kept, kept);
+        std::memset(record + s * slab + kept, 0, slab - kept);
+    }
+}
+
 }  // namespace kvlm

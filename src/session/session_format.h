@@ -39,6 +39,25 @@ std::string model_text(const SessionIdentity& identity);
 // both values ("block size: session has 16, running model has 32").
 std::string identity_mismatch(const SessionIdentity& saved, const SessionIdentity& running);
 
+// The layout of a block record (the payload of a block file): [n_slabs = n_layers x (K, V)][block_size][row_bytes].
+// A partial last block is stored with its tokens' rows only, [n_slabs][n_tokens][row_bytes]: a history's store
+// is then no larger than its KV. (Stores written before 2026-11-26 hold partial blocks whole; both are read.)
+struct BlockRecordShape {
+    size_t n_slabs = 0;
+    int32_t block_size = 0;
+    size_t row_bytes = 0;  // one token's K (or V) of one layer: [n_kv_heads][head_dim] in the KV dtype
+
+    size_t full_bytes() const { return n_slabs * size_t(block_size) * row_bytes; }
+    size_t stored_bytes(int32_t n_tokens) const { return n_slabs * size_t(n_tokens) * row_bytes; }
+};
+
+BlockRecordShape block_record_shape(const SessionIdentity& identity);
+
+// In place over a full record: the first n_tokens rows of every slab packed to the front (stored_bytes(n_tokens)).
+void pack_partial_record(const BlockRecordShape& shape, int32_t n_tokens, uint8_t* record);
+// The reverse: a packed record at the front of `record` moved to its slots, the empty slots zeroed.
+void unpack_partial_record(const BlockRecordShape& shape, int32_t n_tokens, uint8_t* record);
+
 struct SessionBlockRef {
     BlockHash hash;         // chained block hash; names the block file
     int32_t n_tokens = 0;   // block_size for full blocks, fewer for a partial last block

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <ctime>
 #include <system_error>
 #include <thread>
@@ -32,6 +31,8 @@ void read_blocks(Backend& backend, const SessionStore& store, const SessionManif
                  const std::vector<size_t>& indices, const std::vector<int32_t>& blocks,
                  std::vector<std::string>* problems) {
     const size_t block_bytes = backend.kv_block_bytes();
+    const BlockRecordShape shape = block_record_shape(m.identity);
+    KVLM_ASSERT(shape.full_bytes() == block_bytes, "KV block record layout");
     if (indices.empty()) return;
     const bool staged = backend.host_kv_block(blocks[0]) == nullptr;
     const size_t batch = staged ? std::max<size_t>(1, kStagingBytes / block_bytes) : indices.size();
@@ -52,7 +53,7 @@ void read_blocks(Backend& backend, const SessionStore& store, const SessionManif
                     continue;
                 }
                 try {  // read_block reports bad files as problems; nothing else may escape a reader thread
-                    (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, block_bytes, target(k));
+                    (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, shape, target(k));
                 } catch (const std::exception& e) {
                     (*problems)[i] = e.what();
                 }
@@ -239,7 +240,7 @@ std::vector<int32_t> tokens_to_prefill(Engine& engine, Sequence& seq, const Rest
     return tokens;
 }
 
-int32_t save_session(Engine& engine, SessionStore& store, const std::string& name, const Sequence& seq,
+SavedBlocks save_session(Engine& engine, SessionStore& store, const std::string& name, const Sequence& seq,
                   const std::vector<int32_t>& transcript, const RestoredSession& restored, uint64_t quota) {
     const int32_t block_size = engine.pool().block_size();
     const int32_t n_kv = seq.table.n_tokens;
@@ -262,19 +263,12 @@ int32_t save_session(Engine& engine, SessionStore& store, const std::string& nam
         m.blocks.push_back(ref);
     }
     Backend& backend = engine.backend();
-    const size_t block_bytes = backend.kv_block_bytes();
-    // One token's row inside a [layer][K/V] slab: [n_kv_heads][head_dim] elements.
-    const size_t n_slabs = size_t(m.identity.n_layers) * 2;
-    const size_t row_bytes = block_bytes / (n_slabs * size_t(block_size));
-    KVLM_ASSERT(row_bytes * n_slabs * size_t(block_size) == block_bytes, "KV block record layout");
+    const BlockRecordShape shape = block_record_shape(m.identity);
+    KVLM_ASSERT(shape.full_bytes() == backend.kv_block_bytes(), "KV block record layout");
     auto read_payload = [&](size_t i, std::vector<uint8_t>& payload) {
         backend.read_kv_block(seq.table.blocks[i], payload.data());
-        // Slots past a partial block's tokens hold stale bytes; zero them so equal blocks save equal files.
-        int32_t n = m.blocks[i].n_tokens;
-        if (n < block_size)
-            for (size_t s = 0; s < n_slabs; s++)
-                std::memset(payload.data() + s * block_size * row_bytes + size_t(n) * row_bytes, 0,
-                            size_t(block_size - n) * row_bytes);
+        // A partial block keeps its tokens' rows only (the other slots hold stale bytes).
+        if (m.blocks[i].n_tokens < block_size) pack_partial_record(shape, m.blocks[i].n_tokens, payload.data());
     };
 
     std::vector<BlockHash> superseded;
@@ -285,9 +279,9 @@ int32_t save_session(Engine& engine, SessionStore& store, const std::string& nam
             // a damaged previous manifest protects nothing
         }
     }
-    int32_t n_written = 0;
+    SavedBlocks written;
     try {
-        n_written = store.save(name, m, engine.prefix_cache().kv_namespace(), block_bytes, read_payload, restored.bad_blocks);
+        written = store.save(name, m, engine.prefix_cache().kv_namespace(), shape, read_payload, restored.bad_blocks);
     } catch (const Error& e) {
         throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact and this "
                     "turn was not saved (free some disk space - `kvlm session gc --quota SIZE` shrinks the store, "
@@ -296,7 +290,7 @@ int32_t save_session(Engine& engine, SessionStore& store, const std::string& nam
                     name, store.dir(), e.what());
     }
     store.collect(&superseded, quota);
-    return n_written;
+    return written;
 }
 
 }  // namespace kvlm

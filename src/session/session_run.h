@@ -48,8 +48,8 @@ std::vector<int32_t> tokens_to_prefill(Engine& engine, Sequence& seq, const Rest
 // Saves seq (its K/V) with `transcript` (seq.tokens plus an optional pending token) as session `name`:
 // new blocks first, manifest last. Then drops the blocks the previous manifest named that nothing
 // references any more and enforces `quota` (0 = none). Throws Error with the previous state intact.
-// Returns the number of block files written.
-int32_t save_session(Engine& engine, SessionStore& store, const std::string& name, const Sequence& seq,
+// Returns the block files written.
+SavedBlocks save_session(Engine& engine, SessionStore& store, const std::string& name, const Sequence& seq,
                   const std::vector<int32_t>& transcript, const RestoredSession& restored, uint64_t quota);
 
 }  // namespace kvlm

@@ -248,8 +248,8 @@ SessionManifest SessionStore::load_manifest(const std::string& name) const {
     return manifest;
 }
 
-std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, size_t payload_size,
-                                     void* payload) const {
+std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace,
+                                     const BlockRecordShape& shape, void* record) const {
     const std::string path = block_path(ref.hash);
     try {
         // One descriptor: the header first, so a damaged or foreign file is refused without reading (or
@@ -261,20 +261,25 @@ std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash
         BlockFileHeader h = decode_block_header(head, n_head, file.size(), path);
         if (h.kv_namespace != kv_namespace) return "belongs to another model or KV layout (namespace mismatch)";
         if (h.hash != ref.hash) return "header names another block (" + h.hash.hex() + ")";
-        if (h.n_tokens != ref.n_tokens) return fmt::format("holds {} tokens, expected {}", h.n_tokens, ref.n_tokens);
-        if (h.payload_size != payload_size)
-            return fmt::format("payload is {} bytes, expected {}", h.payload_size, payload_size);
-        if (file.read_at(payload, payload_size, kBlockHeaderSize) != payload_size) return "changed while being read";
-        uint64_t actual = payload_checksum(payload, payload_size);
+        if (h.n_tokens != ref.n_tokens || ref.n_tokens < 1 || ref.n_tokens > shape.block_size)
+            return fmt::format("holds {} tokens, expected {}", h.n_tokens, ref.n_tokens);
+        // A partial block is stored packed, or whole by a kvlm before 2026-11-26.
+        const size_t packed = shape.stored_bytes(ref.n_tokens);
+        if (h.payload_size != packed && h.payload_size != shape.full_bytes())
+            return fmt::format("payload is {} bytes, expected {}", h.payload_size, packed);
+        const size_t size = size_t(h.payload_size);
+        if (file.read_at(record, size, kBlockHeaderSize) != size) return "changed while being read";
+        uint64_t actual = payload_checksum(record, size);
         if (actual != h.payload_checksum || actual != ref.checksum) return "checksum mismatch (the file is damaged)";
+        if (size != shape.full_bytes()) unpack_partial_record(shape, ref.n_tokens, static_cast<uint8_t*>(record));
     } catch (const Error& e) {
         return e.what();
     }
     return "";
 }
 
-int32_t SessionStore::save(const std::string& name, SessionManifest& manifest, const BlockHash& kv_namespace,
-                        size_t payload_size, const PayloadFn& read_payload,
+SavedBlocks SessionStore::save(const std::string& name, SessionManifest& manifest, const BlockHash& kv_namespace,
+                        const BlockRecordShape& shape, const PayloadFn& read_payload,
                         const std::unordered_set<BlockHash, BlockHashHasher>& rewrite) {
     check_name(name);
     ensure_writable();
@@ -282,9 +287,10 @@ int32_t SessionStore::save(const std::string& name, SessionManifest& manifest, c
     store_lock.lock(store_lock_path(dir_), FileLock::Mode::shared);
     std::vector<std::string> dirs_to_sync;
     std::vector<uint8_t> payload, head;
-    int32_t n_written = 0;
+    SavedBlocks written;
     for (size_t i = 0; i < manifest.blocks.size(); i++) {
         SessionBlockRef& ref = manifest.blocks[i];
+        const size_t payload_size = shape.stored_bytes(ref.n_tokens);
         std::string path = block_path(ref.hash);
         if (!rewrite.count(ref.hash) && read_file_head(path, kBlockHeaderSize, &head)) {
             try {
@@ -298,20 +304,21 @@ int32_t SessionStore::save(const std::string& name, SessionManifest& manifest, c
                 // damaged header: rewrite the block below
             }
         }
-        payload.assign(payload_size, 0);
+        payload.assign(shape.full_bytes(), 0);
         read_payload(i, payload);
         BlockFileHeader h;
         h.kv_namespace = kv_namespace;
         h.hash = ref.hash;
         h.n_tokens = ref.n_tokens;
         h.payload_size = payload_size;
-        h.payload_checksum = payload_checksum(payload.data(), payload.size());
+        h.payload_checksum = payload_checksum(payload.data(), payload_size);
         ref.checksum = h.payload_checksum;
         std::string sub = path.substr(0, path.rfind('/'));
         make_directories(sub);
         std::vector<uint8_t> file = encode_block_file(h, payload.data());
         write_file_atomic(path, file.data(), file.size(), fmt::format("session '{}': block {}", name, i), false);
-        n_written++;
+        written.n_files++;
+        written.n_bytes += file.size();
         if (std::find(dirs_to_sync.begin(), dirs_to_sync.end(), sub) == dirs_to_sync.end()) {
             dirs_to_sync.push_back(sub);
             dirs_to_sync.push_back(sub.substr(0, sub.rfind('/')));  // blocks/ (a new ab/ entry)
@@ -322,7 +329,7 @@ int32_t SessionStore::save(const std::string& name, SessionManifest& manifest, c
     dirs_to_sync.erase(std::unique(dirs_to_sync.begin(), dirs_to_sync.end()), dirs_to_sync.end());
     for (const std::string& d : dirs_to_sync) fsync_directory(d);
     write_manifest_file(manifest_path(name), name, manifest);
-    return n_written;
+    return written;
 }
 
 void SessionStore::write_manifest(const std::string& name, const SessionManifest& manifest) {
@@ -420,10 +427,7 @@ VerifyReport SessionStore::verify(const std::string& name) const {
             continue;
         }
         BlockHash ns = kv_namespace_hash(m.identity.model_fingerprint, m.identity.kv_dtype, m.identity.block_size);
-        size_t payload_size = size_t(dtype_bytes(m.identity.kv_dtype, uint64_t(m.identity.n_layers) * 2 *
-                                                                   uint64_t(m.identity.block_size) *
-                                                                   uint64_t(m.identity.n_kv_heads) *
-                                                                   uint64_t(m.identity.head_dim)));
+        const BlockRecordShape shape = block_record_shape(m.identity);
         BlockHash parent = ns;
         size_t n_missing = 0, first_missing = 0;
         for (size_t i = 0; i < m.blocks.size(); i++) {
@@ -434,8 +438,8 @@ VerifyReport SessionStore::verify(const std::string& name) const {
                                                       ref.hash.hex()));
             parent = ref.hash;
             report.n_blocks_checked++;
-            payload.resize(payload_size);
-            std::string problem = read_block(ref, ns, payload_size, payload.data());
+            payload.resize(shape.full_bytes());
+            std::string problem = read_block(ref, ns, shape, payload.data());
             if (problem == "missing") {
                 if (n_missing++ == 0) first_missing = i;
             } else if (!problem.empty())

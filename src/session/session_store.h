@@ -51,6 +51,11 @@ struct GcReport {
     uint64_t bytes_after = 0;      // store size afterwards, as total_bytes() counts it
 };
 
+struct SavedBlocks {
+    int32_t n_files = 0;
+    uint64_t n_bytes = 0;  // headers included
+};
+
 class SessionStore {
 public:
     // Nothing is created until a write; `dir` may not exist yet.
@@ -82,21 +87,24 @@ public:
     std::vector<std::string> session_names() const;  // sorted
     SessionManifest load_manifest(const std::string& name) const;  // throws Error naming the file and problem
 
-    // Reads and verifies one block file (header fields against ref/namespace/payload_size, payload checksum
-    // against the header and ref.checksum) into payload (payload_size bytes; a restore passes the pool
-    // block itself). Returns "", or the problem ("missing", "checksum mismatch", ...) with payload's bytes
-    // undefined. Never throws for bad file content; safe to call from several threads at once.
-    std::string read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, size_t payload_size,
-                           void* payload) const;
+    // Reads and verifies one block file (header fields against ref/namespace/shape, payload checksum against
+    // the header and ref.checksum) into `record` (shape.full_bytes(); a restore passes the pool block itself),
+    // a partial block's packed rows moved to their slots. Returns "", or the problem ("missing", "checksum
+    // mismatch", ...) with record's bytes undefined. Never throws for bad file content; safe to call from
+    // several threads at once.
+    std::string read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, const BlockRecordShape& shape,
+                           void* record) const;
 
     // Saves a session: writes every block of manifest.blocks that is not already on disk with a valid
-    // header (or is listed in `rewrite`), fetching its payload with read_payload(i, buffer), then the
-    // manifest. Fills manifest.blocks[i].checksum. Holds the store lock shared. On any error the previous
+    // header (or is listed in `rewrite`), fetching its record with read_payload(i, buffer) (buffer:
+    // shape.full_bytes(); the callee leaves the stored form, shape.stored_bytes(n_tokens), at its front), then
+    // the manifest. Fills manifest.blocks[i].checksum. Holds the store lock shared. On any error the previous
     // manifest is untouched (new block files may remain; gc removes them if unreferenced).
-    // Returns the number of block files written (the others were already stored).
+    // Returns the block files written (the others were already stored) and their bytes.
     using PayloadFn = std::function<void(size_t block_index, std::vector<uint8_t>& payload)>;
-    int32_t save(const std::string& name, SessionManifest& manifest, const BlockHash& kv_namespace, size_t payload_size,
-              const PayloadFn& read_payload, const std::unordered_set<BlockHash, BlockHashHasher>& rewrite = {});
+    SavedBlocks save(const std::string& name, SessionManifest& manifest, const BlockHash& kv_namespace,
+                 const BlockRecordShape& shape, const PayloadFn& read_payload,
+                 const std::unordered_set<BlockHash, BlockHashHasher>& rewrite = {});
     // Rewrites only the manifest (pin/unpin, last-used time). Holds the store lock shared.
     void write_manifest(const std::string& name, const SessionManifest& manifest);
 

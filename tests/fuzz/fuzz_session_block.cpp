@@ -2,8 +2,9 @@
 // src/session/session_format.h) on arbitrary bytes. The input is a block file, stored where a ref naming the hash in
 // its own header finds it (blocks/ab/<hash>.kvb of a scratch store); the ref's hash, n_tokens and checksum
 // and the namespace come from that header too, so inputs get past the naming checks to the size and
-// payload checks. read_block is asked for the payload sizes of real models; it must report problems as
-// text, never throw, and hand back exactly the payload when it accepts the file.
+// payload checks. read_block is asked for the record shapes of real models; it must report problems as
+// text, never throw, and hand back exactly the payload (a partial block's rows in their slots) when it
+// accepts the file.
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -17,11 +18,11 @@
 
 namespace {
 
-// kv_block_bytes() of real models at block size 16: n_layers * 2 * 16 * n_kv_heads * head_dim * dtype size.
-const size_t kPayloadSizes[] = {
-    5 * 2 * 16 * 4 * 8 * 4,    // stories260K, f32 KV (the seeds)
-    30 * 2 * 16 * 3 * 64 * 4,  // SmolLM2-135M, f32
-    16 * 2 * 16 * 8 * 64 * 2,  // Llama 3.2 1B, f16
+// Block records of real models at block size 16: n_layers x 2 slabs, [16][n_kv_heads x head_dim] rows each.
+const kvlm::BlockRecordShape kShapes[] = {
+    {5 * 2, 16, 4 * 8 * 4},    // stories260K, f32 KV (the seeds)
+    {30 * 2, 16, 3 * 64 * 4},  // SmolLM2-135M, f32
+    {16 * 2, 16, 8 * 64 * 2},  // Llama 3.2 1B, f16
 };
 
 template <typename T>
@@ -45,12 +46,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const kvlm::SessionStore store(kvlm::fuzz::scratch_dir() + "/store");
     const std::string path = store.block_path(ref.hash);
     kvlm::fuzz::write_scratch(path.substr(kvlm::fuzz::scratch_dir().size() + 1), data, size);
-    for (size_t payload_size : kPayloadSizes) {
-        std::vector<uint8_t> payload(payload_size);
-        const std::string problem = store.read_block(ref, kv_namespace, payload_size, payload.data());
-        if (problem.empty() && (size != kvlm::kBlockHeaderSize + payload_size ||
-                                std::memcmp(payload.data(), data + kvlm::kBlockHeaderSize, payload_size) != 0))
-            std::abort();  // accepted, but not exactly this file's payload
+    for (const kvlm::BlockRecordShape& shape : kShapes) {
+        std::vector<uint8_t> record(shape.full_bytes());
+        const std::string problem = store.read_block(ref, kv_namespace, shape, record.data());
+        if (!problem.empty()) continue;
+        // Accepted: the record must be exactly this file's payload, whole or (a partial block) packed.
+        const size_t payload_size = size - kvlm::kBlockHeaderSize;
+        if (payload_size != shape.full_bytes()) {
+            if (payload_size != shape.stored_bytes(ref.n_tokens)) std::abort();
+            kvlm::pack_partial_record(shape, ref.n_tokens, record.data());
+        }
+        if (std::memcmp(record.data(), data + kvlm::kBlockHeaderSize, payload_size) != 0) std::abort();
     }
     std::filesystem::remove(path);  // one file per hash: do not let the scratch store grow
 

@@ -74,7 +74,8 @@ const std::vector<std::string> kTurns = {"Once upon a time", " Lily saw a big re
 SessionManifest save_sample(SessionStore& store) {
     SessionManifest m = sample_manifest();
     BlockHash ns = kv_namespace_hash(m.identity.model_fingerprint, DType::f32, 4);
-    store.save("a", m, ns, 512, [](size_t i, std::vector<uint8_t>& p) { std::fill(p.begin(), p.end(), uint8_t(i)); });
+    store.save("a", m, ns, block_record_shape(m.identity),
+               [](size_t i, std::vector<uint8_t>& p) { std::fill(p.begin(), p.end(), uint8_t(i)); });
     return m;
 }
 
@@ -151,43 +152,95 @@ TEST_CASE("session store: block files verify namespace, size and checksum") {
     SessionStore store(dir.path());
     SessionManifest m = sample_manifest();
     BlockHash ns = kv_namespace_hash(m.identity.model_fingerprint, DType::f32, 4);
-    const size_t payload_size = 512;  // 2 layers x K/V x 4 slots x 2 heads x 4 dims x 4 bytes
-    int32_t n = store.save("a", m, ns, payload_size, [](size_t i, std::vector<uint8_t>& p) {
+    // 2 layers x K/V slabs x 4 slots x 2 heads x 4 dims x 4 bytes; block 1 holds 2 tokens: stored packed.
+    const BlockRecordShape shape = block_record_shape(m.identity);
+    REQUIRE(shape.full_bytes() == 512);
+    const size_t payload_size = shape.full_bytes();
+    int32_t n = store.save("a", m, ns, shape, [](size_t i, std::vector<uint8_t>& p) {
         for (size_t k = 0; k < p.size(); k++) p[k] = uint8_t(i * 31 + k);
-    });
+    }).n_files;
     CHECK(n == 2);
     std::vector<uint8_t> payload(payload_size);
-    CHECK(store.read_block(m.blocks[0], ns, payload_size, payload.data()) == "");
+    CHECK(store.read_block(m.blocks[0], ns, shape, payload.data()) == "");
     CHECK(payload[5] == 5);
-    CHECK(store.read_block(m.blocks[0], BlockHash{1, 2}, payload_size, payload.data()).find("namespace") != std::string::npos);
-    CHECK(store.read_block(m.blocks[0], ns, 32, payload.data()).find("payload") != std::string::npos);
+    CHECK(store.read_block(m.blocks[0], BlockHash{1, 2}, shape, payload.data()).find("namespace") != std::string::npos);
+    BlockRecordShape smaller = shape;
+    smaller.row_bytes = 16;
+    CHECK(store.read_block(m.blocks[0], ns, smaller, payload.data()).find("payload") != std::string::npos);
+    // The partial block: its file holds 2 of 4 rows per slab; read back, they are in their slots, the rest zero.
+    CHECK(std::filesystem::file_size(store.block_path(m.blocks[1].hash)) == kBlockHeaderSize + 256);
+    CHECK(store.read_block(m.blocks[1], ns, shape, payload.data()) == "");
+    bool in_slots = true;
+    for (size_t slab = 0; slab < 4; slab++)
+        for (size_t j = 0; j < 128; j++)
+            in_slots &= payload[slab * 128 + j] == (j < 64 ? uint8_t(31 + slab * 64 + j) : 0);
+    CHECK(in_slots);
     // Saving again writes nothing new (dedup), and the manifest reloads.
-    CHECK(store.save("b", m, ns, payload_size, [](size_t, std::vector<uint8_t>&) { FAIL("must not be read"); }) == 0);
+    CHECK(store.save("b", m, ns, shape, [](size_t, std::vector<uint8_t>&) { FAIL("must not be read"); }).n_files == 0);
     CHECK(store.load_manifest("b").tokens == m.tokens);
 
     std::string path = store.block_path(m.blocks[1].hash);
     std::string bytes = read_file(path);
     bytes[kBlockHeaderSize + 3] ^= 1;
     write_file(path, bytes);
-    CHECK(store.read_block(m.blocks[1], ns, payload_size, payload.data()).find("checksum") != std::string::npos);
+    CHECK(store.read_block(m.blocks[1], ns, shape, payload.data()).find("checksum") != std::string::npos);
     write_file(path, bytes.substr(0, bytes.size() - 1));
-    CHECK(store.read_block(m.blocks[1], ns, payload_size, payload.data()).find("truncated") != std::string::npos);
+    CHECK(store.read_block(m.blocks[1], ns, shape, payload.data()).find("truncated") != std::string::npos);
     // A huge file where a block belongs is refused from its header alone: read_block used to read (and
     // allocate) the whole file before looking at it.
     write_file(path, bytes);
     std::filesystem::resize_file(path, uint64_t(64) << 30);  // sparse: no disk used
-    CHECK(store.read_block(m.blocks[1], ns, payload_size, payload.data()).find("truncated") != std::string::npos);
+    CHECK(store.read_block(m.blocks[1], ns, shape, payload.data()).find("truncated") != std::string::npos);
     VerifyReport report = store.verify("");
     CHECK(report.n_sessions == 2);
     CHECK_MESSAGE(report.problems.size() == 2, fmt::format("{}", fmt::join(report.problems, "\n")));  // block 1 of each
     CHECK(report.notes.empty());
     // A missing block is not damage (quota eviction deletes blocks): one note per session, no problem.
     std::filesystem::remove(path);
-    CHECK(store.read_block(m.blocks[1], ns, payload_size, payload.data()) == "missing");
+    CHECK(store.read_block(m.blocks[1], ns, shape, payload.data()) == "missing");
     report = store.verify("");
     CHECK(report.problems.empty());
     REQUIRE(report.notes.size() == 2);
     CHECK_MESSAGE(report.notes[0].find("1 of 2 blocks evicted") != std::string::npos, report.notes[0]);
+}
+
+TEST_CASE("session store: a partial block stored whole (kvlm before 2026-11-26) still reads; saving packs it") {
+    TempDir dir;
+    SessionStore store(dir.path());
+    SessionManifest m = save_sample(store);
+    BlockHash ns = kv_namespace_hash(m.identity.model_fingerprint, DType::f32, 4);
+    const BlockRecordShape shape = block_record_shape(m.identity);
+    // Block 1 (2 of 4 tokens) as an older kvlm wrote it: the whole record, its empty slots zero.
+    std::vector<uint8_t> whole(shape.full_bytes(), 0);
+    for (size_t slab = 0; slab < shape.n_slabs; slab++)
+        for (size_t j = 0; j < 2 * shape.row_bytes; j++) whole[slab * 4 * shape.row_bytes + j] = uint8_t(7 + slab + j);
+    BlockFileHeader h;
+    h.kv_namespace = ns;
+    h.hash = m.blocks[1].hash;
+    h.n_tokens = 2;
+    h.payload_size = whole.size();
+    h.payload_checksum = payload_checksum(whole.data(), whole.size());
+    std::vector<uint8_t> file = encode_block_file(h, whole.data());
+    write_file(store.block_path(h.hash), std::string(file.begin(), file.end()));
+    m.blocks[1].checksum = h.payload_checksum;
+    std::vector<uint8_t> record(shape.full_bytes(), 0xee);
+    CHECK(store.read_block(m.blocks[1], ns, shape, record.data()) == "");
+    CHECK(record == whole);
+    // Any other size is refused, naming the packed size expected.
+    h.payload_size = 3 * shape.n_slabs * shape.row_bytes;
+    file = encode_block_file(h, std::vector<uint8_t>(h.payload_size).data());
+    write_file(store.block_path(h.hash), std::string(file.begin(), file.end()));
+    const std::string problem = store.read_block(m.blocks[1], ns, shape, record.data());
+    CHECK_MESSAGE(problem.find("payload is 384 bytes, expected 256") != std::string::npos, problem);
+    // A save over such a file (dedup looks for the packed size) writes the block again, packed.
+    m.blocks[1].checksum = 0;
+    CHECK(store.save("a", m, ns, shape, [&](size_t, std::vector<uint8_t>& p) {
+        p = whole;
+        pack_partial_record(shape, 2, p.data());
+    }).n_files == 1);
+    CHECK(std::filesystem::file_size(store.block_path(h.hash)) == kBlockHeaderSize + shape.stored_bytes(2));
+    CHECK(store.read_block(store.load_manifest("a").blocks[1], ns, shape, record.data()) == "");
+    CHECK(record == whole);
 }
 
 TEST_CASE("session: 3 turns in one engine == 3 turns restored from disk (tokens, logits, prefill counts)") {
