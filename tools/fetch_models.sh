@@ -82,6 +82,8 @@ if [[ -f "$MODEL" ]]; then
         say "$MODEL lacks the sampling defaults $SAMPLING; converting again"
     elif ! "$KVLM" inspect "$MODEL" | grep -qF "(q4_1 210, f32 61, q8_0 1)"; then
         say "$MODEL does not keep the GGUF's Q4_1/Q8_0 blocks (an older kvlm inflated them); converting again"
+    elif ! "$KVLM" inspect "$MODEL" | grep -qF "merges (their ids stored)"; then
+        say "$MODEL does not store its BPE merges as token ids (an older kvlm; they make start-up faster); converting again"
     else
         say "$MODEL present and verified"
         exit 0

@@ -103,8 +103,9 @@ void print_text(const ModelFile& model, const std::vector<std::pair<std::string,
     for (const TensorInfo& info : model.tensors()) n_params += element_count(info.shape);
     line(fmt::format("  parameters       {} ({})", n_params, human_count(n_params)));
     line("");
-    line(fmt::format("tokenizer:    {} (pre-tokenizer {}), {} tokens, {} merges", t.type, t.pre, t.tokens.size(),
-                     t.merges.size()));
+    line(fmt::format("tokenizer:    {} (pre-tokenizer {}), {} tokens, {} merges{}", t.type, t.pre, t.tokens.size(),
+                     t.merges.size(),
+                     t.merges.empty() ? "" : t.merge_ids.empty() ? " (resolved at every load)" : " (their ids stored)"));
     line(fmt::format("  bos {}, eos {}, unk {}, pad {}", token_label(t, t.bos_id), token_label(t, t.eos_id),
                      token_label(t, t.unk_id), token_label(t, t.pad_id)));
     std::string stops;
@@ -163,6 +164,7 @@ void print_json(const ModelFile& model, const std::vector<std::pair<std::string,
                                      {"original_max_position", c.rope_scaling.original_max_position}}},
                    {"norm_eps", c.norm_eps}, {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}};
     j["tokenizer"] = {{"type", t.type}, {"pre", t.pre}, {"n_vocab", t.tokens.size()}, {"n_merges", t.merges.size()},
+                      {"merge_ids_stored", !t.merge_ids.empty()},
                       {"bos_id", t.bos_id}, {"eos_id", t.eos_id}, {"unk_id", t.unk_id}, {"pad_id", t.pad_id},
                       {"stop_ids", t.stop_ids}, {"add_bos", t.add_bos}, {"add_space_prefix", t.add_space_prefix}};
     j["chat_template"] = {{"present", !m.chat_template.empty()}, {"bytes", m.chat_template.size()},

@@ -89,7 +89,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     std::future<std::unique_ptr<Tokenizer>> tokenizer =
         std::async(std::launch::async | std::launch::deferred, [this, &tokenizer_seconds, seconds_since] {
             const auto built = Clock::now();
-            auto made = std::make_unique<Tokenizer>(model_->metadata().tokenizer);
+            auto made = std::make_unique<Tokenizer>(model_->metadata().tokenizer, Tokenizer::KeepReference{});
             tokenizer_seconds = seconds_since(built);
             return made;
         });

@@ -168,6 +168,7 @@ void write_metadata(Writer& out, const ModelMetadata& m) {
     add("tokenizer.scores", ValueType::f32_array).write_f32_array(t.scores);
     add("tokenizer.token_types", ValueType::i32_array).write_i32_array(t.token_types);
     add("tokenizer.merges", ValueType::string_array).write_string_array(t.merges);
+    add("tokenizer.merge_ids", ValueType::i32_array).write_i32_array(t.merge_ids);
     add("tokenizer.bos_id", ValueType::i32).write_i32(t.bos_id);
     add("tokenizer.eos_id", ValueType::i32).write_i32(t.eos_id);
     add("tokenizer.unk_id", ValueType::i32).write_i32(t.unk_id);
@@ -326,6 +327,7 @@ ModelMetadata read_metadata(Reader& in, const std::string& path) {
     records.read("tokenizer.scores", &t.scores, false);
     records.read("tokenizer.token_types", &t.token_types);
     records.read("tokenizer.merges", &t.merges, false);
+    records.read("tokenizer.merge_ids", &t.merge_ids, false);
     records.read("tokenizer.bos_id", &t.bos_id, false);
     records.read("tokenizer.eos_id", &t.eos_id, false);
     records.read("tokenizer.unk_id", &t.unk_id, false);

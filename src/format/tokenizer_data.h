@@ -20,6 +20,9 @@ struct TokenizerData {
     std::vector<float> scores;             // [n_vocab] for "spm"; empty for "bpe"
     std::vector<int32_t> token_types;      // [n_vocab] TokenType values
     std::vector<std::string> merges;       // for "bpe": "left right", highest priority first
+    // For "bpe", derived from tokens and merges by `kvlm convert` (resolve_bpe_merges): per merge its left,
+    // right and joined token ids, or -1 -1 -1 where it can never apply. Empty: computed when loading.
+    std::vector<int32_t> merge_ids;
     int32_t bos_id = -1;
     int32_t eos_id = -1;
     int32_t unk_id = -1;

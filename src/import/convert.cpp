@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tokenizer/bpe.h"
+#include "tokenizer/tokenizer.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -135,6 +137,13 @@ ConvertSummary convert_model(const ConvertOptions& o, bool show_progress) {
     if (!o.sampling.empty()) meta.sampling = overlay(meta.sampling, parse_sampling_settings(o.sampling, "--sampling"));
     fit_tokenizer_to_vocab(&meta.tokenizer, meta.config.n_vocab, source_name);
     meta.config.validate(source_name);
+    // Stored so that loading does not resolve every merge's pieces again (tokenizer.merge_ids).
+    try {
+        Tokenizer::validate(meta.tokenizer);
+    } catch (const Error& e) {
+        throw_error("{}: {}", source_name, e.what());
+    }
+    meta.tokenizer.merge_ids = meta.tokenizer.type == "bpe" ? resolve_bpe_merges(meta.tokenizer) : std::vector<int32_t>{};
 
     std::vector<TensorInfo> tensors = expected_tensors(meta.config, dtype);
     KVLM_ASSERT(tensors.size() == src.tensors.size(), "importer tensor list disagrees with expected_tensors");

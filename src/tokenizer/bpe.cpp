@@ -33,25 +33,50 @@ struct BigramOrder {  // lowest rank first, then leftmost
 
 }  // namespace
 
-BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
-    ignore_merges_ = pre_.name() == "llama3";
-    std::vector<std::string_view> vocabulary;
-    std::vector<int32_t> vocabulary_ids;
-    vocabulary.reserve(data.tokens.size());
-    vocabulary_ids.reserve(data.tokens.size());
-    for (size_t id = 0; id < data.tokens.size(); ++id) {
-        const auto type = static_cast<TokenType>(data.token_types[id]);
-        if (type == TokenType::normal || type == TokenType::byte) {
-            vocabulary.push_back(data.tokens[id]);
-            vocabulary_ids.push_back(static_cast<int32_t>(id));
-        }
-    }
-    piece_to_id_.insert_many(vocabulary.data(), vocabulary_ids.data(), vocabulary.size());
-    for (int b = 0; b < 256; ++b) {
-        byte_ids_[b] = piece_to_id_.find(byte_to_unicode(static_cast<uint8_t>(b)));
-    }
+namespace {
 
-    merges_.reserve(data.merges.size());
+bool is_vocabulary_piece(const TokenizerData& data, size_t id) {
+    const auto type = static_cast<TokenType>(data.token_types[id]);
+    return type == TokenType::normal || type == TokenType::byte;
+}
+
+PieceMap vocabulary_map(const TokenizerData& data) {
+    std::vector<std::string_view> pieces;
+    std::vector<int32_t> ids;
+    pieces.reserve(data.tokens.size());
+    ids.reserve(data.tokens.size());
+    for (size_t id = 0; id < data.tokens.size(); ++id)
+        if (is_vocabulary_piece(data, id)) {
+            pieces.push_back(data.tokens[id]);
+            ids.push_back(static_cast<int32_t>(id));
+        }
+    PieceMap map;
+    map.insert_many(pieces.data(), ids.data(), pieces.size());
+    return map;
+}
+
+// The merge's pair split at its second space or later (vocabularies whose pieces contain ' '): its three
+// ids; false when no split names vocabulary pieces.
+bool split_at_later_space(const PieceMap& pieces, const std::string& merge, int32_t* ids) {
+    std::string joined;
+    for (size_t space = merge.find(' ', merge.find(' ') + 1); space != std::string::npos;
+         space = merge.find(' ', space + 1)) {
+        const int32_t left = pieces.find(std::string_view(merge).substr(0, space));
+        if (left < 0) continue;
+        const int32_t right = pieces.find(std::string_view(merge).substr(space + 1));
+        if (right < 0) continue;
+        joined.assign(merge, 0, space);
+        joined.append(merge, space + 1, std::string::npos);
+        const int32_t result = pieces.find(joined);
+        if (result < 0) continue;
+        ids[0] = left, ids[1] = right, ids[2] = result;
+        return true;
+    }
+    return false;  // a merge over pieces missing from the vocabulary can never apply
+}
+
+std::vector<int32_t> resolve_merges(const TokenizerData& data, const PieceMap& vocabulary) {
+    std::vector<int32_t> merge_ids(3 * data.merges.size(), -1);
     // Byte-level pieces never contain ' ', so a merge's first space almost always separates its pair: look
     // those pairs and their joins up in batches (the lookups' cache misses overlap), then try the other
     // spaces one by one for merges whose first split does not name vocabulary pieces.
@@ -59,8 +84,6 @@ BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
     std::vector<std::string_view> pieces(2 * kBatch), joined_views(kBatch);
     std::vector<std::string> joined(kBatch);
     std::vector<int32_t> ids(2 * kBatch), results(kBatch);
-    std::vector<uint64_t> keys(kBatch);
-    std::vector<BpeMerge> found(kBatch);
     for (size_t first = 0; first < data.merges.size(); first += kBatch) {
         const size_t count = std::min(kBatch, data.merges.size() - first);
         for (size_t i = 0; i < count; i++) {
@@ -72,40 +95,58 @@ BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
             joined[i].append(pieces[2 * i + 1]);
             joined_views[i] = joined[i];
         }
-        piece_to_id_.find_many(pieces.data(), ids.data(), 2 * count);
-        piece_to_id_.find_many(joined_views.data(), results.data(), count);
-        size_t n_found = 0;  // in rank order, so that the first (lowest-rank) merge of a pair stays
+        vocabulary.find_many(pieces.data(), ids.data(), 2 * count);
+        vocabulary.find_many(joined_views.data(), results.data(), count);
         for (size_t i = 0; i < count; i++) {
-            const int32_t rank = static_cast<int32_t>(first + i);
             const std::string& merge = data.merges[first + i];
+            int32_t* out = merge_ids.data() + 3 * (first + i);
             if (merge.find(' ') == std::string::npos) continue;  // no pair: can never apply
             if (ids[2 * i] >= 0 && ids[2 * i + 1] >= 0 && results[i] >= 0) {
-                keys[n_found] = PairMap::key(ids[2 * i], ids[2 * i + 1]);
-                found[n_found++] = BpeMerge{rank, results[i]};
-            } else if (split_at_later_space(merge, &keys[n_found], &found[n_found].result)) {
-                found[n_found++].rank = rank;
+                out[0] = ids[2 * i], out[1] = ids[2 * i + 1], out[2] = results[i];
+            } else {
+                split_at_later_space(vocabulary, merge, out);
             }
         }
-        merges_.insert_many(keys.data(), found.data(), n_found);
     }
+    return merge_ids;
 }
 
-bool BpeEncoder::split_at_later_space(const std::string& merge, uint64_t* key, int32_t* result) const {
-    std::string joined;
-    for (size_t space = merge.find(' ', merge.find(' ') + 1); space != std::string::npos;
-         space = merge.find(' ', space + 1)) {
-        const int32_t left = piece_to_id_.find(std::string_view(merge).substr(0, space));
-        if (left < 0) continue;
-        const int32_t right = piece_to_id_.find(std::string_view(merge).substr(space + 1));
-        if (right < 0) continue;
-        joined.assign(merge, 0, space);
-        joined.append(merge, space + 1, std::string::npos);
-        *result = piece_to_id_.find(joined);
-        if (*result < 0) continue;
-        *key = PairMap::key(left, right);
-        return true;
+}  // namespace
+
+std::vector<int32_t> resolve_bpe_merges(const TokenizerData& data) { return resolve_merges(data, vocabulary_map(data)); }
+
+BpeEncoder::BpeEncoder(const TokenizerData& data) : pre_(data.pre) {
+    ignore_merges_ = pre_.name() == "llama3";
+    const bool stored = !data.merge_ids.empty();  // Tokenizer::validate checked their count and range
+    if (ignore_merges_ || !stored) piece_to_id_ = vocabulary_map(data);
+    const std::vector<int32_t> computed = stored ? std::vector<int32_t>() : resolve_merges(data, piece_to_id_);
+    const std::vector<int32_t>& merge_ids = stored ? data.merge_ids : computed;
+
+    // The token of each single byte: the first vocabulary piece that is the byte's GPT-2 character.
+    byte_ids_.fill(-1);
+    for (size_t id = 0; id < data.tokens.size(); ++id) {
+        const std::string& piece = data.tokens[id];
+        if (piece.empty() || piece.size() > 2 || !is_vocabulary_piece(data, id)) continue;
+        size_t length = 0;
+        const int byte = unicode_to_byte(utf8_decode(piece.data(), piece.size(), &length));
+        if (byte >= 0 && length == piece.size() && byte_ids_[byte] < 0) byte_ids_[byte] = static_cast<int32_t>(id);
     }
-    return false;  // a merge over pieces missing from the vocabulary can never apply and is skipped
+
+    // In rank order, so that the first (lowest-rank) merge of a pair stays.
+    std::vector<uint64_t> keys;
+    std::vector<BpeMerge> found;
+    keys.reserve(data.merges.size());
+    found.reserve(data.merges.size());
+    for (size_t rank = 0; rank < data.merges.size(); rank++) {
+        const int32_t* ids = merge_ids.data() + 3 * rank;
+        if (ids[0] < 0) continue;
+        keys.push_back(PairMap::key(ids[0], ids[1]));
+        found.push_back(BpeMerge{static_cast<int32_t>(rank), ids[2]});
+    }
+    merges_.reserve(keys.size());
+    constexpr size_t kBatch = 256;  // slots prefetched a batch at a time: they stay in cache until written
+    for (size_t first = 0; first < keys.size(); first += kBatch)
+        merges_.insert_many(keys.data() + first, found.data() + first, std::min(kBatch, keys.size() - first));
 }
 
 void BpeEncoder::encode(std::string_view text, std::vector<int32_t>& out) const {

@@ -14,9 +14,16 @@
 
 namespace kvlm {
 
+// The merges of a byte-level BPE vocabulary as token ids, three per merge: left, right and the joined piece,
+// or -1 -1 -1 for a merge that can never apply (a piece missing from the vocabulary). `kvlm convert` stores
+// them (tokenizer.merge_ids), so that loading does not look up 150k pieces (half a 49k-merge tokenizer's
+// start-up). `data` must have passed Tokenizer::validate.
+std::vector<int32_t> resolve_bpe_merges(const TokenizerData& data);
+
 class BpeEncoder {
 public:
-    // `data` must have passed Tokenizer::validate (the encoder keeps copies of what it needs).
+    // `data` must have passed Tokenizer::validate (the encoder keeps copies of what it needs). Uses
+    // data.merge_ids where they are stored.
     explicit BpeEncoder(const TokenizerData& data);
     // text: raw bytes (no special tokens). Appends ids to `out`.
     void encode(std::string_view text, std::vector<int32_t>& out) const;
@@ -26,13 +33,10 @@ public:
 
 private:
     void encode_word(std::string_view word, std::vector<int32_t>& out) const;
-    // The merge's pair split at its second space or later (vocabularies whose pieces contain ' '): its key and
-    // the joined piece's id; false when no split names vocabulary pieces.
-    bool split_at_later_space(const std::string& merge, uint64_t* key, int32_t* result) const;
 
     PreTokenizer pre_;
     bool ignore_merges_;  // Llama 3: a pre-tokenized word that is itself a token is taken whole
-    PieceMap piece_to_id_;                                       // normal and byte pieces
+    PieceMap piece_to_id_;  // normal and byte pieces; only built where encode needs it (ignore_merges_)
     PairMap merges_;                                             // (left id, right id) -> rank, result
     std::array<int32_t, 256> byte_ids_;                          // token of each single byte, -1 if absent
 };

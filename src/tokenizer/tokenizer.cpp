@@ -60,15 +60,22 @@ struct Tokenizer::Impl {
         bool always;  // user_defined: matched even without parse_special (as HF and llama.cpp do)
     };
 
-    TokenizerData data;
+    TokenizerData own;                 // a copy, unless constructed with KeepReference
+    const TokenizerData* data = &own;  // what the tokenizer reads
     bool is_spm = false;
     std::unique_ptr<SpmEncoder> spm;
     std::unique_ptr<BpeEncoder> bpe;
-    std::vector<std::string> decoded;                    // [n_vocab] bytes of each token
+    // The bytes of every token, end to end (one allocation), token id's ending at decoded_end[id].
+    std::string decoded;
+    std::vector<uint32_t> decoded_end;
     std::array<std::vector<Special>, 256> specials;      // by first byte, longest first
     std::vector<int32_t> end_ids;                        // eos + stop_ids
 
     void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+    std::string_view decoded_token(int32_t id) const {
+        const uint32_t begin = id > 0 ? decoded_end[size_t(id) - 1] : 0;
+        return std::string_view(decoded).substr(begin, decoded_end[size_t(id)] - begin);
+    }
 };
 
 void Tokenizer::validate(const TokenizerData& data) {
@@ -104,34 +111,69 @@ void Tokenizer::validate(const TokenizerData& data) {
             if (data.merges[rank].find(' ') == std::string::npos)
                 throw_error("tokenizer: merge {} is '{}', expected two pieces separated by a space", rank,
                             data.merges[rank]);
+        if (!data.merge_ids.empty() && data.merge_ids.size() != 3 * data.merges.size())
+            throw_error("tokenizer: {} merge ids for {} merges, expected 3 per merge", data.merge_ids.size(),
+                        data.merges.size());
+        for (size_t i = 0; i < data.merge_ids.size(); i += 3) {
+            const int32_t* ids = data.merge_ids.data() + i;
+            const bool none = ids[0] == -1 && ids[1] == -1 && ids[2] == -1;
+            const bool all = ids[0] >= 0 && ids[1] >= 0 && ids[2] >= 0 && size_t(ids[0]) < n_vocab &&
+                             size_t(ids[1]) < n_vocab && size_t(ids[2]) < n_vocab;
+            if (!none && !all)
+                throw_error("tokenizer: merge {} has ids {} {} {}, expected three token ids below {} or -1 -1 -1",
+                            i / 3, ids[0], ids[1], ids[2], n_vocab);
+        }
+    } else if (!data.merge_ids.empty()) {
+        throw_error("tokenizer: {} merge ids for a '{}' vocabulary, which has no merges", data.merge_ids.size(),
+                    data.type);
     }
 }
 
 Tokenizer::Tokenizer(const TokenizerData& data) : impl_(std::make_unique<Impl>()) {
-    Impl& m = *impl_;
     validate(data);
-    m.data = data;
-    m.is_spm = m.data.type == "spm";
-    if (m.is_spm) m.spm = std::make_unique<SpmEncoder>(m.data);
-    else m.bpe = std::make_unique<BpeEncoder>(m.data);
+    impl_->own = data;
+    build();
+}
 
-    const size_t n_vocab = m.data.tokens.size();
-    m.decoded.resize(n_vocab);
+Tokenizer::Tokenizer(const TokenizerData& data, KeepReference) : impl_(std::make_unique<Impl>()) {
+    validate(data);
+    impl_->data = &data;
+    build();
+}
+
+void Tokenizer::build() {
+    Impl& m = *impl_;
+    const TokenizerData& data = *m.data;
+    m.is_spm = data.type == "spm";
+    if (m.is_spm) m.spm = std::make_unique<SpmEncoder>(data);
+    else m.bpe = std::make_unique<BpeEncoder>(data);
+
+    const size_t n_vocab = data.tokens.size();
+    size_t n_piece_bytes = 0;
+    for (const std::string& piece : data.tokens) n_piece_bytes += piece.size();
+    m.decoded.reserve(n_piece_bytes);  // a piece never decodes to more bytes than it has
+    m.decoded_end.resize(n_vocab);
     for (size_t id = 0; id < n_vocab; ++id) {
-        const std::string& piece = m.data.tokens[id];
-        std::string& out = m.decoded[id];
-        switch (static_cast<TokenType>(m.data.token_types[id])) {
+        const std::string& piece = data.tokens[id];
+        switch (static_cast<TokenType>(data.token_types[id])) {
             case TokenType::control:
             case TokenType::unknown:
             case TokenType::unused: break;
-            case TokenType::user_defined: out = piece; break;
+            case TokenType::user_defined: m.decoded += piece; break;
             case TokenType::byte:
-                out = byte_piece_value(piece);
-                if (!out.empty()) break;
+                if (std::string value = byte_piece_value(piece); !value.empty()) {
+                    m.decoded += value;
+                    break;
+                }
                 [[fallthrough]];  // a byte-level vocabulary's single-byte piece
-            case TokenType::normal: out = m.is_spm ? unescape_spaces(piece) : byte_level_decode(piece); break;
+            case TokenType::normal:
+                if (m.is_spm) m.decoded += unescape_spaces(piece);
+                else byte_level_decode_append(piece, &m.decoded);
+                break;
         }
-        const auto type = static_cast<TokenType>(m.data.token_types[id]);
+        if (m.decoded.size() > UINT32_MAX) throw_error("tokenizer: the vocabulary decodes to more than 4 GiB");
+        m.decoded_end[id] = static_cast<uint32_t>(m.decoded.size());
+        const auto type = static_cast<TokenType>(data.token_types[id]);
         if ((type == TokenType::control || type == TokenType::user_defined) && !piece.empty()) {
             m.specials[static_cast<uint8_t>(piece[0])].push_back(
                 {piece, static_cast<int32_t>(id), type == TokenType::user_defined});
@@ -141,8 +183,8 @@ Tokenizer::Tokenizer(const TokenizerData& data) : impl_(std::make_unique<Impl>()
         std::stable_sort(bucket.begin(), bucket.end(),
                          [](const Impl::Special& a, const Impl::Special& b) { return a.text.size() > b.text.size(); });
     }
-    if (m.data.eos_id >= 0) m.end_ids.push_back(m.data.eos_id);
-    for (int32_t id : m.data.stop_ids) m.end_ids.push_back(id);
+    if (data.eos_id >= 0) m.end_ids.push_back(data.eos_id);
+    for (int32_t id : data.stop_ids) m.end_ids.push_back(id);
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -152,7 +194,7 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& o
     if (text.empty()) return;
     if (is_spm) {
         // SentencePiece's dummy prefix, added to every text fragment as llama.cpp does.
-        std::string normalized = data.add_space_prefix ? kEscapedSpace : "";
+        std::string normalized = data->add_space_prefix ? kEscapedSpace : "";
         normalized += escape_spaces(text);
         spm->encode(normalized, out);
     } else {
@@ -164,7 +206,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
                                        const std::vector<TextRange>& plain_ranges) const {
     const Impl& m = *impl_;
     std::vector<int32_t> out;
-    if (add_bos && m.data.add_bos) out.push_back(m.data.bos_id);
+    if (add_bos && m.data->add_bos) out.push_back(m.data->bos_id);
     // Leftmost-longest match of special tokens; the text between them is encoded normally.
     size_t text_start = 0;
     size_t next_plain = 0;  // first range not entirely before i
@@ -210,17 +252,17 @@ std::string Tokenizer::dropped_bytes_warning(std::string_view text, std::string_
 std::string Tokenizer::decode_token(int32_t id) const {
     // Ids past the vocabulary occur with padded embedding matrices; they contribute nothing.
     if (id < 0 || id >= n_vocab()) return "";
-    return impl_->decoded[id];
+    return std::string(impl_->decoded_token(id));
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     std::string out;
     bool at_start = true;
     for (int32_t id : ids) {
-        std::string_view bytes = id >= 0 && id < n_vocab() ? std::string_view(impl_->decoded[id]) : std::string_view();
+        std::string_view bytes = id >= 0 && id < n_vocab() ? impl_->decoded_token(id) : std::string_view();
         if (bytes.empty()) continue;
         // Drop the space that the spm dummy prefix put before the first word.
-        if (at_start && impl_->is_spm && impl_->data.add_space_prefix && bytes[0] == ' ') bytes.remove_prefix(1);
+        if (at_start && impl_->is_spm && impl_->data->add_space_prefix && bytes[0] == ' ') bytes.remove_prefix(1);
         at_start = false;
         out += bytes;
     }
@@ -229,19 +271,19 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 
 const std::string& Tokenizer::piece(int32_t id) const {
     if (id < 0 || id >= n_vocab()) throw_error("tokenizer: token id {} is out of range [0, {})", id, n_vocab());
-    return impl_->data.tokens[id];
+    return impl_->data->tokens[id];
 }
 
-int32_t Tokenizer::n_vocab() const { return static_cast<int32_t>(impl_->data.tokens.size()); }
-int32_t Tokenizer::bos_id() const { return impl_->data.bos_id; }
-int32_t Tokenizer::eos_id() const { return impl_->data.eos_id; }
+int32_t Tokenizer::n_vocab() const { return static_cast<int32_t>(impl_->data->tokens.size()); }
+int32_t Tokenizer::bos_id() const { return impl_->data->bos_id; }
+int32_t Tokenizer::eos_id() const { return impl_->data->eos_id; }
 
 bool Tokenizer::is_end_of_generation(int32_t id) const {
     const auto& ids = impl_->end_ids;
     return id >= 0 && std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-const TokenizerData& Tokenizer::data() const { return impl_->data; }
+const TokenizerData& Tokenizer::data() const { return *impl_->data; }
 
 std::string Utf8StreamDecoder::push(const std::string& bytes) {
     pending_ += bytes;

@@ -146,20 +146,36 @@ std::string byte_level_encode(std::string_view bytes) {
     return out;
 }
 
-std::string byte_level_decode(std::string_view piece) {
-    std::string out;
-    out.reserve(piece.size());
+void byte_level_decode_append(std::string_view piece, std::string* out) {
+    // Every code point becomes one byte or keeps its own bytes: never longer than the piece. Written in place,
+    // with ASCII (most of a vocabulary) looked up directly: a 49k-token vocabulary decodes at every start.
+    const ByteMap& map = byte_map();
+    size_t n = out->size();
+    out->resize(n + piece.size());
+    char* bytes = out->data();
     for (size_t i = 0; i < piece.size();) {
+        const auto lead = static_cast<uint8_t>(piece[i]);
+        if (lead < 0x80 && map.from_unicode[lead] >= 0) {
+            bytes[n++] = static_cast<char>(map.from_unicode[lead]);
+            i++;
+            continue;
+        }
         size_t length = 0;
         const uint32_t cp = utf8_decode(piece.data() + i, piece.size() - i, &length);
-        const int byte = unicode_to_byte(cp);
+        const int byte = cp < 512 ? map.from_unicode[cp] : -1;
         if (byte >= 0 && length > 0 && cp != 0xFFFD) {
-            out += static_cast<char>(byte);
+            bytes[n++] = static_cast<char>(byte);
         } else {
-            out.append(piece.data() + i, length);
+            for (size_t k = 0; k < length; k++) bytes[n++] = piece[i + k];
         }
         i += length;
     }
+    out->resize(n);
+}
+
+std::string byte_level_decode(std::string_view piece) {
+    std::string out;
+    byte_level_decode_append(piece, &out);
     return out;
 }
 

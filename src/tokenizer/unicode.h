@@ -30,5 +30,6 @@ int unicode_to_byte(uint32_t codepoint);           // -1 if the code point is no
 std::string byte_level_encode(std::string_view bytes);
 // Inverse of byte_level_encode; characters outside the map are copied through as their UTF-8.
 std::string byte_level_decode(std::string_view piece);
+void byte_level_decode_append(std::string_view piece, std::string* out);  // the same, appended to *out
 
 }  // namespace kvlm

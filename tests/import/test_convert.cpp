@@ -12,10 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include "format/model_file.h"
+#include "format/model_file_format.h"
 #include "import/convert.h"
 #include "import/gguf.h"
 #include "import/rope_layout.h"
 #include "import/safetensors.h"
+#include "tokenizer/bpe.h"
 #include "support/test_util.h"
 #include "util/error.h"
 
@@ -484,6 +486,31 @@ TEST_CASE("convert: synthetic models are deterministic per seed and load") {
     expect_convert_error(o, {"512 tokens", "vocabulary is 100"});
     o.synthetic = "gpt-17";
     expect_convert_error(o, {"gpt-17", "smollm2-135m"});
+}
+
+TEST_CASE("convert: a BPE vocabulary's merges are stored as token ids, which loading uses") {
+    const std::string tok = data_path("tokenizers/smollm2/tokenizer.json");
+    if (!have_data(tok) || !have_data(stories("stories260K.gguf"))) return;
+    TempDir dir;
+    write_file(dir.file("config.json"), R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 49152, "max_position_embeddings": 256, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": true})");
+    convert_synthetic(dir.file("config.json"), tok, dir.file("bpe.kvlm"), 1);
+    auto m = ModelFile::open(dir.file("bpe.kvlm"));
+    TokenizerData data = m->metadata().tokenizer;
+    REQUIRE(data.merge_ids.size() == 3 * data.merges.size());
+    const std::vector<int32_t> stored = data.merge_ids;
+    data.merge_ids.clear();
+    CHECK(stored == resolve_bpe_merges(data));
+    // Not part of the fingerprint: the same model converted by a kvlm that stored none keeps its sessions.
+    ModelMetadata without = m->metadata();
+    without.tokenizer.merge_ids.clear();
+    uint64_t high = 0, low = 0;
+    CHECK(model_format::compute_fingerprint(without, m->tensors(), &high, &low) == m->fingerprint());
+    // A SentencePiece vocabulary has no merges to store.
+    convert(stories("stories260K.gguf"), dir.file("spm.kvlm"));
+    CHECK(ModelFile::open(dir.file("spm.kvlm"))->metadata().tokenizer.merge_ids.empty());
 }
 
 TEST_CASE("convert: malformed and unsupported sources") {

@@ -218,6 +218,53 @@ TEST_CASE("tokenizer: BPE merges split at the first space, else a later one; imp
     std::vector<int32_t> ids;
     encoder.encode("abc", ids);
     CHECK(ids == std::vector<int32_t>{6});
+
+    // The same merges as ids (what convert stores): left, right, joined; -1 -1 -1 where none applies.
+    const std::vector<int32_t> merge_ids = resolve_bpe_merges(data);
+    REQUIRE(merge_ids.size() == 3 * data.merges.size());
+    CHECK(std::vector<int32_t>(merge_ids.begin(), merge_ids.begin() + 3) == std::vector<int32_t>{0, 1, 3});
+    CHECK(std::vector<int32_t>(merge_ids.end() - 15, merge_ids.end()) ==
+          std::vector<int32_t>{4, 2, 5, 3, 2, 6, -1, -1, -1, -1, -1, -1, -1, -1, -1});
+    data.merge_ids = merge_ids;
+    const BpeEncoder stored(data);
+    CHECK(stored.n_merges() == 3);
+    ids.clear();
+    stored.encode("abc", ids);
+    CHECK(ids == std::vector<int32_t>{6});
+}
+
+TEST_CASE("tokenizer: stored merge ids encode as resolving the merges does; bad ones are refused") {
+    const std::string path = data_path("tokenizers/smollm2/tokenizer.json");
+    if (!have_data(path)) return;
+    const TokenizerData resolved_at_load = load_tokenizer_source(path);
+    REQUIRE(resolved_at_load.merge_ids.empty());
+    TokenizerData stored = resolved_at_load;
+    stored.merge_ids = resolve_bpe_merges(stored);
+    REQUIRE(stored.merge_ids.size() == 3 * stored.merges.size());
+    const Tokenizer a(resolved_at_load), b(stored, Tokenizer::KeepReference{});
+    std::vector<std::string> texts = vocab_test_texts("starcoder");
+    for (const auto& v : read_vectors("smollm2_starcoder_vectors.json")) texts.push_back(v["text"]);
+    for (const std::string& text : texts) {
+        CAPTURE(text);
+        CHECK(a.encode(text, true, true) == b.encode(text, true, true));
+        CHECK(b.decode(b.encode(text, false, false)) == a.decode(a.encode(text, false, false)));
+    }
+    auto error_of = [](const TokenizerData& data) {
+        try {
+            Tokenizer::validate(data);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    TokenizerData bad = stored;
+    bad.merge_ids.pop_back();
+    CHECK(error_of(bad).find("merge ids for 48900 merges, expected 3 per merge") != std::string::npos);
+    bad = stored;
+    bad.merge_ids[4] = 49152;
+    CHECK(error_of(bad).find("merge 1 has ids") != std::string::npos);
+    bad.merge_ids[4] = -1;  // one id missing, the others not
+    CHECK(error_of(bad).find("expected three token ids below 49152 or -1 -1 -1") != std::string::npos);
 }
 
 TEST_CASE("tokenizer: special tokens are matched only with parse_special") {
