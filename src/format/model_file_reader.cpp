@@ -3,7 +3,11 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "format/model_file_format.h"
 #include "util/error.h"
@@ -165,15 +169,37 @@ TensorView ModelFile::require(const std::string& name, const std::vector<int64_t
 }
 
 void ModelFile::verify(ProgressBar* progress) const {
-    uint64_t done = 0;
-    for (const TensorInfo& t : impl_->tensors) {
-        uint64_t checksum = XXH3_64bits(impl_->map->data() + t.offset, size_t(t.n_bytes));
-        done += t.n_bytes;
-        if (progress) progress->update(done, t.name);
-        if (checksum != t.checksum)
-            throw_error("{}: tensor {} is corrupted: checksum {:016x}, expected {:016x} (re-convert or re-download)",
-                        impl_->path, t.name, checksum, t.checksum);
+    // Two threads take the tensors in file order (the hashing runs at a core's speed, not the memory's): the
+    // calling one also drives the progress bar. The first corrupted tensor in file order is reported.
+    const std::vector<TensorInfo>& tensors = impl_->tensors;
+    std::atomic<size_t> next{0};
+    std::atomic<uint64_t> done{0};
+    std::vector<uint8_t> corrupted(tensors.size(), 0);  // each element written by the thread that hashed it
+    auto hash_tensors = [&](bool report) {
+        for (size_t i; (i = next.fetch_add(1)) < tensors.size();) {
+            const TensorInfo& t = tensors[i];
+            corrupted[i] = XXH3_64bits(impl_->map->data() + t.offset, size_t(t.n_bytes)) != t.checksum;
+            const uint64_t total = done.fetch_add(t.n_bytes) + t.n_bytes;
+            if (report && progress) progress->update(total, t.name);
+        }
+    };
+    std::thread helper;
+    if (std::thread::hardware_concurrency() > 1 && tensors.size() > 1) {
+        try {
+            helper = std::thread(hash_tensors, false);
+        } catch (const std::system_error&) {
+            // no second thread: the calling one hashes them all
+        }
     }
+    hash_tensors(true);
+    if (helper.joinable()) helper.join();
+    for (size_t i = 0; i < tensors.size(); i++)
+        if (corrupted[i]) {
+            const TensorInfo& t = tensors[i];
+            throw_error("{}: tensor {} is corrupted: checksum {:016x}, expected {:016x} (re-convert or re-download)",
+                        impl_->path, t.name, XXH3_64bits(impl_->map->data() + t.offset, size_t(t.n_bytes)),
+                        t.checksum);
+        }
 }
 
 }  // namespace kvlm
