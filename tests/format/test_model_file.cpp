@@ -210,7 +210,7 @@ TEST_CASE("fingerprint is stable and sensitive to weights and tokenizer") {
     CHECK(write_tiny(dir.file("h.kvlm"), source) == a);
 }
 
-TEST_CASE("verify catches a flipped byte in tensor data") {
+TEST_CASE("verify catches a flipped byte in tensor data, and names the first corrupted tensor") {
     TempDir dir;
     TinyModel m = make_tiny(DType::f16, false, false);
     std::string path = dir.file("m.kvlm");
@@ -223,6 +223,14 @@ TEST_CASE("verify catches a flipped byte in tensor data") {
     write_file(path, bytes);
     auto file = ModelFile::open(path);  // open does not read tensor data
     CHECK_THROWS_WITH_AS(file->verify(), doctest::Contains(("tensor " + target.name + " is corrupted").c_str()), Error);
+
+    // Two threads hash the tensors: with several corrupted, the first in file order is the one named.
+    const std::vector<TensorInfo> tensors = file->tensors();
+    for (size_t i = 5; i < tensors.size(); i++) bytes[tensors[i].offset] ^= 0x01;
+    write_file(path, bytes);
+    for (int attempt = 0; attempt < 20; attempt++)
+        CHECK_THROWS_WITH_AS(ModelFile::open(path)->verify(),
+                             doctest::Contains(("tensor " + target.name + " is corrupted").c_str()), Error);
 }
 
 TEST_CASE("metadata corruption is caught at open") {
