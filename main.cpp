@@ -135,6 +135,14 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--samples", run.n_samples,
                         "Completions of the same prompt, prefilled once (sample i seeded seed+i-1)")
         ->capture_default_str();
+    run_cmd->add_option("--spec", run.spec_mode,
+                        "Speculative decoding: lookup drafts the tokens that followed the last few tokens' latest "
+                        "earlier occurrence and verifies them in one forward (same output; faster where the text "
+                        "repeats its input)")
+        ->capture_default_str();
+    run_cmd->add_option("--spec-max", run.spec.max_drafted, "Draft tokens per verify forward (with --spec)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
     add_sampling_flags(run_cmd, run.sampling_flags, &run_seed);
     add_session_flags(run_cmd, run.session,
                       "Continue session NAME (restore its KV), then save it; with --chat the prompt is its next message",

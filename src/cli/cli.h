@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "generate/sampler.h"
+#include "generate/speculative.h"
 #include "util/byte_size.h"  // parse_byte_size for the flags
 
 namespace kvlm {
@@ -105,6 +106,8 @@ struct RunOptions {
     SamplingParams sampling;     // what the run uses: seed from --seed; cmd_run resolves the rest (resolve_sampling)
     int32_t n_samples = 1;       // completions sharing the prompt's KV; sample i (0-based) is seeded seed + i
     SessionFlags session;        // continue and save session.name (docs/SESSIONS.md)
+    std::string spec_mode = "off";  // --spec, parsed into spec by cmd_run
+    SpecOptions spec;               // --spec, --spec-max (generate/speculative.h)
 };
 int cmd_run(const RunOptions& options);
 

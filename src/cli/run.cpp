@@ -68,6 +68,13 @@ void print_stats(const Engine& engine, const GenerationResult& result, const std
                  result.n_prefilled, result.prefill_seconds,
                  result.prefill_seconds > 0 ? result.n_prefilled / result.prefill_seconds : 0.0, n_generated,
                  decode_rate, setup_seconds + result.first_token_seconds, result.stop_reason.c_str());
+    if (result.n_spec_forwards > 0 || result.n_drafted > 0)
+        std::fprintf(stderr,
+                     "kvlm: %sspeculation: %d verify forwards, %d tokens drafted, %d accepted (%.0f%%), %.2f tokens "
+                     "per forward\n",
+                     label.c_str(), result.n_spec_forwards, result.n_drafted, result.n_accepted,
+                     result.n_drafted > 0 ? 100.0 * result.n_accepted / result.n_drafted : 0.0,
+                     n_generated > 0 ? double(n_generated) / double(n_generated - result.n_accepted) : 0.0);
 }
 
 void print_pool_stats(Engine& engine, uint64_t logits_hash) {
@@ -112,7 +119,8 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
         SamplingParams params = options.sampling;
         params.seed += uint64_t(i);
         Sampler sampler(params);
-        GenerationResult result = decode(engine, seq, prompt.logits, options.n_predict, sampler, write_text);
+        GenerationResult result =
+            decode(engine, seq, prompt.logits, options.n_predict, sampler, write_text, nullptr, &options.spec);
         result.n_prompt = prompt.n_prompt;
         result.n_reused = i == 0 ? prompt.n_reused : prompt.n_prompt;  // later samples share the prefilled prompt
         result.n_prefilled = i == 0 ? prompt.n_prefilled : 0;
@@ -191,6 +199,10 @@ int cmd_run(const RunOptions& options) {
     if (options.n_predict < -1) throw_error("-n: {} is not valid (use -1 for no limit)", options.n_predict);
     if (options.verbose && options.quiet) throw_error("--verbose and --quiet cannot be combined");
     if (options.n_samples < 1) throw_error("--samples: {} is not valid (need at least 1)", options.n_samples);
+    SpecOptions spec = options.spec;
+    parse_spec_mode(options.spec_mode, &spec);
+    if (spec.mode != SpecOptions::Mode::off && options.chat && !options.session.name.empty())
+        throw_error("--spec with --chat --session is not supported yet (it is with --chat, and with --session)");
     check_sampling_settings(options.sampling_flags);
     std::string prompt = read_prompt(options);
 
@@ -202,6 +214,7 @@ int cmd_run(const RunOptions& options) {
     Engine engine(options.engine.model_path, engine_options);
     RunOptions resolved = options;
     resolved.sampling = resolve_run_sampling(engine, options.sampling_flags, options.sampling.seed, options.verbose);
+    resolved.spec = spec;
 
     // A chat session's turn is rendered against its saved messages (cli/session.cpp), not tokenized here.
     bool chat_session = options.chat && !options.session.name.empty();

@@ -231,7 +231,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         int32_t n_restored = seq.table.n_tokens;
         Sampler sampler(options.sampling);
         const double before_generate = seconds_since(turn_start);
-        result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text, cancel);
+        result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text, cancel, &options.spec);
         result.first_token_seconds += before_generate;
         result.n_restored = n_restored;
         result.n_prompt += n_restored;

@@ -85,6 +85,9 @@ public:
     }
 
     virtual DevicePeaks peaks() const { return {}; }
+    // Whether a forward of n tokens gives each token the logits bits of its own one-token step (speculative
+    // decoding relies on it to keep the output unchanged). The CPU backend does, for every path and split.
+    virtual bool multi_token_forward_is_exact() const { return false; }
 };
 
 // Argument checks shared by every backend (throw Error prefixed with `backend`, e.g. "cpu backend"):

@@ -78,6 +78,7 @@ public:
     }
 
     std::string name() const override { return name_; }
+    bool multi_token_forward_is_exact() const override { return true; }  // tests/compute/test_cpu_backend.cpp
     const ModelConfig& config() const override { return config_; }
     int32_t n_kv_blocks() const override { return n_kv_blocks_; }
     size_t kv_block_bytes() const override { return layout_.block_bytes(); }

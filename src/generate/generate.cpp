@@ -3,6 +3,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "util/byte_size.h"
@@ -66,7 +67,7 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
 }
 
 GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict, Sampler& sampler,
-                        const TextCallback& on_text, const std::atomic<bool>* cancel) {
+                        const TextCallback& on_text, const std::atomic<bool>* cancel, const SpecOptions* spec) {
     PrefixCache& cache = engine.prefix_cache();
     const Tokenizer& tokenizer = engine.tokenizer();
     const int32_t n_vocab = engine.model().config().n_vocab;
@@ -90,6 +91,32 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     // and the hash chains the device's digest of the logits instead of their bytes.
     int32_t token = -1;
     if (n_predict != 0) hash_logits(), token = sampler.sample(logits.data(), n_vocab, seq.tokens);
+    // Speculation: the draft of the last verify forward, whose K/V lie past the sequence's end; logits row i
+    // follows drafts[i]. drafts[next] is the token it expects next.
+    const bool speculate = spec && spec->mode == SpecOptions::Mode::lookup;
+    if (speculate && !engine.backend().multi_token_forward_is_exact())
+        throw_error("--spec runs on the CPU backend only for now: a forward of several tokens on {} does not give "
+                    "the bits of its one-token steps, so speculation could change the output (use --device cpu)",
+                    engine.backend().name());
+    struct Ahead {
+        std::vector<int32_t> drafts;
+        std::vector<float> logits;  // [drafts.size()][n_vocab]
+        size_t next = 0;
+    } ahead;
+    std::vector<float> verify_logits;
+    std::vector<int32_t> verify_tokens;
+    // A draft that fails costs a forward of several tokens for one (on a CPU about 2-4 one-token steps): after
+    // a draft of which fewer than kMinUseful tokens were picked, no drafting for `backoff` steps, doubling up to
+    // kMaxBackoff while drafts keep failing; a useful one resets it. Drafts shorter than kMinDraft are not
+    // worth their forward.
+    constexpr int32_t kMinUseful = 2, kMinDraft = 3, kFirstBackoff = 16, kMaxBackoff = 128;
+    int32_t backoff = 0, no_draft_until = 0;
+    // The next token from `logits` (the step after seq.tokens.back()), as a host-sampled decode step takes it.
+    auto sample_next = [&] {
+        hash_logits();
+        const SampleRequest request = sampler.device_request(seq.tokens, n_vocab);
+        return sampler.sample(logits.data(), n_vocab, request, seq.tokens.size());
+    };
     if (n_predict == 0) result.stop_reason = "token limit";
     for (int32_t step = 0; n_predict != 0; step++) {
         if (step == 0) result.first_token_seconds = seconds_since(decode_start);
@@ -116,6 +143,17 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
             result.stop_reason = "context full";
             break;
         }
+        const bool drafted_next = ahead.next < ahead.drafts.size() && ahead.drafts[ahead.next] == token;
+        if (!ahead.drafts.empty() && !drafted_next) {  // the rest of the draft is wrong: its K/V and blocks go
+            if (int32_t(ahead.next) < kMinUseful) {
+                backoff = backoff == 0 ? kFirstBackoff : std::min(2 * backoff, kMaxBackoff);
+                no_draft_until = step + backoff;
+            } else {
+                backoff = 0;
+            }
+            ahead = Ahead{};
+            cache.truncate(seq, seq.table.n_tokens);
+        }
         try {
             cache.reserve(seq, seq.table.n_tokens + 1);
         } catch (const Error&) {
@@ -123,6 +161,59 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
             break;
         }
         const int32_t pos = seq.table.n_tokens;
+        if (speculate) {
+            if (drafted_next) {
+                // Drafted, and now picked: its K/V and the logits after it are there already.
+                std::copy_n(ahead.logits.begin() + std::ptrdiff_t(ahead.next * size_t(n_vocab)), n_vocab, logits.begin());
+                ahead.next++;
+                result.n_accepted++;
+                seq.tokens.push_back(token);
+                seq.table.n_tokens += 1;
+                result.has_pending_token = false;
+                cache.commit(seq);
+                token = sample_next();
+                continue;
+            }
+            seq.tokens.push_back(token);
+            // Drafts whose every token could still be emitted (and its successor sampled) within -n and the context.
+            int32_t room = std::min(spec->max_drafted, n_ctx - pos - 1);
+            if (n_predict > 0) room = std::min(room, n_predict - step - 2);
+            std::vector<int32_t> drafts;
+            if (step >= no_draft_until) drafts = lookup_draft(seq.tokens, room);
+            if (int32_t(drafts.size()) < kMinDraft) drafts.clear();
+            if (!drafts.empty()) {
+                try {
+                    cache.reserve(seq, pos + 1 + int32_t(drafts.size()));
+                } catch (const Error&) {
+                    drafts.clear();  // no room for a draft: a plain step
+                }
+            }
+            if (!drafts.empty()) {
+                const int32_t n = 1 + int32_t(drafts.size());
+                verify_tokens.assign(1, token);
+                verify_tokens.insert(verify_tokens.end(), drafts.begin(), drafts.end());
+                verify_logits.resize(size_t(n) * size_t(n_vocab));
+                try {
+                    backend.forward(verify_tokens.data(), n, pos, seq.table, verify_logits.data(), /*all_logits=*/true);
+                } catch (...) {
+                    seq.tokens.pop_back();
+                    cache.truncate(seq, seq.table.n_tokens);
+                    throw;
+                }
+                seq.table.n_tokens += 1;
+                result.has_pending_token = false;
+                cache.commit(seq);
+                std::copy_n(verify_logits.begin(), n_vocab, logits.begin());
+                ahead.drafts = std::move(drafts);
+                ahead.logits.assign(verify_logits.begin() + n_vocab, verify_logits.end());
+                ahead.next = 0;
+                result.n_spec_forwards++;
+                result.n_drafted += n - 1;
+                token = sample_next();
+                continue;
+            }
+            seq.tokens.pop_back();  // a plain step below
+        }
         seq.tokens.push_back(token);  // the next step's penalty window includes it
         SampleRequest request;
         SampleOutcome next;
@@ -148,6 +239,7 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
             token = next.token;
         }
     }
+    if (!ahead.drafts.empty()) cache.truncate(seq, seq.table.n_tokens);  // drafts never confirmed: their blocks go
     if (std::string tail = decoder.flush(); !tail.empty()) on_text(tail);
     result.decode_seconds = seconds_since(decode_start);
     result.transcript = seq.tokens;
@@ -156,9 +248,10 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
 }
 
 GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,
-                          Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel) {
+                          Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel,
+                          const SpecOptions* spec) {
     Prefill p = prefill(engine, seq, prompt, cancel);
-    GenerationResult result = decode(engine, seq, std::move(p.logits), n_predict, sampler, on_text, cancel);
+    GenerationResult result = decode(engine, seq, std::move(p.logits), n_predict, sampler, on_text, cancel, spec);
     result.n_prompt = p.n_prompt;
     result.n_reused = p.n_reused;
     result.n_prefilled = p.n_prefilled;

@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "generate/sampler.h"
+#include "generate/speculative.h"
 #include "kv/prefix_cache.h"
 #include "util/error.h"
 
@@ -34,6 +35,11 @@ struct GenerationResult {
     std::string stop_reason;         // "end of generation", "token limit", "context full", "KV cache full",
                                      // "interrupted" (the cancel flag was set)
     uint64_t logits_hash = 0;        // XXH3 chain over every logits vector, for A/B comparisons
+    // Speculation (SpecOptions): forwards that verified a draft, tokens drafted, and drafted tokens the sampler
+    // then picked (their K/V and logits were already computed).
+    int32_t n_spec_forwards = 0;
+    int32_t n_drafted = 0;
+    int32_t n_accepted = 0;
 };
 
 using TextCallback = std::function<void(const std::string& text)>;
@@ -68,12 +74,16 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
 // Samples from `logits` (the last token of seq) and decodes on top of seq. history for the sampler
 // (repetition penalty, BOS handling) is seq.tokens. n_predict < 0: until end of generation or a full
 // context. Fills every field except the prompt counts and prefill_seconds. `cancel` (may be null) is
-// polled after each token: once set, generation stops with the last sampled token pending.
+// polled after each token: once set, generation stops with the last sampled token pending. With `spec`
+// (mode lookup; the CPU backend), a step may run a draft with its token and keep what the sampler confirms:
+// the same tokens as without it, and no K/V of an unconfirmed token ever reaches the prefix cache or seq.
 GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict, Sampler& sampler,
-                        const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr);
+                        const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr,
+                        const SpecOptions* spec = nullptr);
 
 // prefill + decode. The caller releases seq (engine.prefix_cache().release(seq)) when done with it.
 GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,
-                          Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr);
+                          Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr,
+                          const SpecOptions* spec = nullptr);
 
 }  // namespace kvlm

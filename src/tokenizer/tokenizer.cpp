@@ -65,7 +65,7 @@ struct Tokenizer::Impl {
     bool is_spm = false;
     std::unique_ptr<SpmEncoder> spm;
     std::unique_ptr<BpeEncoder> bpe;
-    // The bytes of every token, end to end (one allocation), token id's ending at decoded_end[id].
+    // The bytes of every token, end to end (one allocation): token id's end at decoded_end[id].
     std::string decoded;
     std::vector<uint32_t> decoded_end;
     std::array<std::vector<Special>, 256> specials;      // by first byte, longest first

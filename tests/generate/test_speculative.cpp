@@ -1,0 +1,144 @@
+// Speculative decoding by prompt lookup (generate/speculative.h): drafts come from the text itself, and decode()
+// with them gives exactly the tokens and logits of decoding without them (greedy and sampled, every block
+// size), keeps no block of an unconfirmed draft, and a session saved after rejected drafts restores as one
+// saved without speculation.
+#include <doctest/doctest.h>
+
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "generate/generate.h"
+#include "generate/speculative.h"
+#include "session/session_store.h"
+#include "support/test_util.h"
+
+using namespace kvlm;
+using namespace kvlm::test;
+
+namespace {
+
+std::string stories() { return converted_model("stories-gguf", {data_path("stories260K/stories260K.gguf")}); }
+
+EngineOptions cpu_engine(int32_t block_size) {
+    EngineOptions o;
+    o.device = "cpu";
+    o.n_threads = 2;
+    o.n_ctx = 512;
+    o.block_size = block_size;
+    o.quiet = true;
+    return o;
+}
+
+const char* kRepeating =
+    "Once upon a time, there was a little girl named Lily. She loved to play with her ball. Once upon a time, "
+    "there was a little girl named Lily. She loved";
+
+}  // namespace
+
+TEST_CASE("speculative: lookup drafts follow the latest earlier occurrence of the last 3, then 2 tokens") {
+    CHECK(lookup_draft({1, 2, 3, 4, 5, 1, 2, 3}, 8) == std::vector<int32_t>{4, 5, 1, 2, 3});
+    CHECK(lookup_draft({1, 2, 3, 4, 5, 1, 2, 3}, 2) == std::vector<int32_t>{4, 5});
+    CHECK(lookup_draft({1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3}, 8) == std::vector<int32_t>{7, 1, 2, 3});  // the latest
+    CHECK(lookup_draft({5, 2, 3, 8, 2, 3}, 8) == std::vector<int32_t>{8, 2, 3});                    // a 2-gram
+    CHECK(lookup_draft({1, 2, 3, 4}, 8).empty());
+    CHECK(lookup_draft({7, 7}, 8).empty());
+    CHECK(lookup_draft({1, 2, 1, 2}, 0).empty());
+    SpecOptions spec;
+    CHECK_THROWS_WITH_AS(parse_spec_mode("fast", &spec), doctest::Contains("unknown mode 'fast'"), Error);
+    CHECK_THROWS_WITH_AS(parse_spec_mode("draft", &spec), doctest::Contains("not available yet"), Error);
+    parse_spec_mode("lookup", &spec);
+    CHECK(spec.mode == SpecOptions::Mode::lookup);
+}
+
+TEST_CASE("speculative: the same tokens and logits as plain decoding, greedy and sampled, every block size") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    SpecOptions spec;
+    spec.mode = SpecOptions::Mode::lookup;
+    for (int32_t block_size : {1, 5, 16}) {
+        for (float temperature : {0.0f, 0.8f}) {
+            CAPTURE(block_size);
+            CAPTURE(temperature);
+            Engine engine(stories(), cpu_engine(block_size));
+            const std::vector<int32_t> prompt = engine.tokenizer().encode(kRepeating, true, true);
+            SamplingParams params;
+            params.temperature = temperature;
+            params.seed = 11;
+            auto run = [&](const SpecOptions* options, int32_t n_predict) {
+                Sequence seq;
+                Sampler sampler(params);
+                GenerationResult r = generate(engine, seq, prompt, n_predict, sampler, [](const std::string&) {},
+                                              nullptr, options);
+                // No block past what the sequence holds (an unconfirmed draft's blocks went back to the pool).
+                CHECK(seq.table.blocks.size() == size_t((seq.table.n_tokens + block_size - 1) / block_size));
+                CHECK(seq.tokens.size() == size_t(seq.table.n_tokens));
+                engine.prefix_cache().release(seq);
+                engine.prefix_cache().evict_unreferenced();
+                CHECK(engine.pool().n_used() == 0);
+                return r;
+            };
+            for (int32_t n_predict : {7, 150}) {
+                CAPTURE(n_predict);
+                const GenerationResult plain = run(nullptr, n_predict);
+                const GenerationResult fast = run(&spec, n_predict);
+                CHECK(fast.generated == plain.generated);
+                CHECK(fast.transcript == plain.transcript);
+                CHECK(fast.logits_hash == plain.logits_hash);
+                CHECK(fast.stop_reason == plain.stop_reason);
+                CHECK(plain.n_drafted == 0);
+                if (n_predict == 150 && temperature == 0) {
+                    CHECK(fast.n_spec_forwards > 0);
+                    CHECK(fast.n_accepted > 0);
+                    CHECK(fast.n_accepted < fast.n_drafted);  // some drafts were rejected and rolled back
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("speculative: sessions saved after rejected drafts restore as without speculation") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    const std::vector<std::string> turns = {kRepeating, " Lily and her ball", " Once upon a time, there was"};
+    std::vector<std::vector<int32_t>> transcripts[2];
+    for (int with_spec = 0; with_spec < 2; with_spec++) {
+        TempDir dir;
+        RunOptions options;
+        options.session.name = "s";
+        options.session.dir = dir.path();
+        options.n_predict = 60;
+        options.sampling.temperature = 0;
+        if (with_spec) options.spec.mode = SpecOptions::Mode::lookup;
+        for (const std::string& turn : turns) {
+            Engine engine(stories(), cpu_engine(16));  // a new process each turn
+            const std::vector<int32_t> fresh = engine.tokenizer().encode(turn, true, true);
+            GenerationResult r = run_session_turn(engine, options, turn, fresh, [](const std::string&) {});
+            if (with_spec && turn == turns[0]) CHECK(r.n_drafted > r.n_accepted);
+            transcripts[with_spec].push_back(r.transcript);
+        }
+        CHECK(SessionStore(dir.path()).verify("s").problems.empty());
+    }
+    CHECK(transcripts[1] == transcripts[0]);
+}
+
+TEST_CASE("speculative: kvlm run --spec, and the combinations it refuses") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    const std::string model = stories();
+    const std::vector<std::string> run = {"run", "-m", model, "-p", kRepeating, "-n", "80", "--temp", "0"};
+    auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = run;
+        args.insert(args.end(), extra.begin(), extra.end());
+        return run_kvlm(args);
+    };
+    CliResult plain = with({});
+    CliResult fast = with({"--spec", "lookup", "--spec-max", "6", "-v"});
+    REQUIRE(plain.exit_code == 0);
+    REQUIRE_MESSAGE(fast.exit_code == 0, fast.err);
+    CHECK(fast.out == plain.out);
+    CHECK_MESSAGE(contains(fast.err, "speculation: "), fast.err);
+    CliResult bad = with({"--spec", "sometimes"});
+    CHECK(bad.exit_code != 0);
+    CHECK_MESSAGE(contains(bad.err, "--spec: unknown mode 'sometimes' (expected lookup or off)"), bad.err);
+    TempDir dir;
+    CliResult chat = with({"--chat", "--chat-template", "chatml", "--session", "c", "--session-dir", dir.path(),
+                           "--spec", "lookup"});
+    CHECK(chat.exit_code != 0);
+    CHECK_MESSAGE(contains(chat.err, "--spec with --chat --session is not supported yet"), chat.err);
+}
