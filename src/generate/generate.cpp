@@ -105,7 +105,7 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     } ahead;
     std::vector<float> verify_logits;
     std::vector<int32_t> verify_tokens;
-    // A draft that fails costs a forward of several tokens for one (on a CPU about 2-4 one-token steps): after
+    // A draft that fails costs a forward of several tokens for one (on a 2-core CPU about six one-token steps): after
     // a draft of which fewer than kMinUseful tokens were picked, no drafting for `backoff` steps, doubling up to
     // kMaxBackoff while drafts keep failing; a useful one resets it. Drafts shorter than kMinDraft are not
     // worth their forward.
