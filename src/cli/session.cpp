@@ -239,8 +239,9 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         const SavedBlocks saved = save_session(engine, store, name, seq, result.transcript, restored, quota);
         if (options.verbose) {  // the figures bench/sessions.sh reports
             // The KV read from disk: a partial block's file holds its tokens' rows only.
-            const double restored_mib = double(n_restored) * double(engine.backend().kv_block_bytes()) /
-                                        double(engine.pool().block_size()) / (1024.0 * 1024.0);
+            const double restored_mib = double(n_restored) *
+                                        double(kv_bytes_per_token(engine.model().config(), engine.kv_dtype())) /
+                                        (1024.0 * 1024.0);
             std::fprintf(stderr,
                          "kvlm: session %s: restored %d tokens (%.2f MiB of KV) in %.4f s (%.2f GB/s); saved %d new "
                          "block files (%.2f MiB) in %.4f s\n",

@@ -213,8 +213,9 @@ std::vector<ScenarioRow> run_cache_scenarios(Engine& engine, int32_t n_tokens, i
         Sequence restored_seq;
         RestoredSession restored = restore_session(engine, store, name, restored_seq);
         const double read_seconds = seconds_since(start);
-        restored_bytes = double(restored_seq.table.n_tokens) * double(engine.backend().kv_block_bytes()) /
-                         double(engine.pool().block_size());  // a partial block's file holds its tokens' rows only
+        // A partial block's file holds its tokens' rows only.
+        restored_bytes = double(restored_seq.table.n_tokens) *
+                         double(kv_bytes_per_token(engine.model().config(), engine.kv_dtype()));
         Prefill tail = prefill(engine, restored_seq, tokens_to_prefill(engine, restored_seq, restored, {}));
         const double restore_seconds = seconds_since(start);
         n_restore_computed = tail.n_prefilled;

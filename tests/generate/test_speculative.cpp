@@ -18,16 +18,6 @@ namespace {
 
 std::string stories() { return converted_model("stories-gguf", {data_path("stories260K/stories260K.gguf")}); }
 
-EngineOptions cpu_engine(int32_t block_size) {
-    EngineOptions o;
-    o.device = "cpu";
-    o.n_threads = 2;
-    o.n_ctx = 512;
-    o.block_size = block_size;
-    o.quiet = true;
-    return o;
-}
-
 const char* kRepeating =
     "Once upon a time, there was a little girl named Lily. She loved to play with her ball. Once upon a time, "
     "there was a little girl named Lily. She loved";
@@ -57,7 +47,7 @@ TEST_CASE("speculative: the same tokens and logits as plain decoding, greedy and
         for (float temperature : {0.0f, 0.8f}) {
             CAPTURE(block_size);
             CAPTURE(temperature);
-            Engine engine(stories(), cpu_engine(block_size));
+            Engine engine(stories(), quiet_cpu_engine(block_size, 2));
             const std::vector<int32_t> prompt = engine.tokenizer().encode(kRepeating, true, true);
             SamplingParams params;
             params.temperature = temperature;
@@ -107,7 +97,7 @@ TEST_CASE("speculative: sessions saved after rejected drafts restore as without 
         options.sampling.temperature = 0;
         if (with_spec) options.spec.mode = SpecOptions::Mode::lookup;
         for (const std::string& turn : turns) {
-            Engine engine(stories(), cpu_engine(16));  // a new process each turn
+            Engine engine(stories(), quiet_cpu_engine(16, 2));  // a new process each turn
             const std::vector<int32_t> fresh = engine.tokenizer().encode(turn, true, true);
             GenerationResult r = run_session_turn(engine, options, turn, fresh, [](const std::string&) {});
             if (with_spec && turn == turns[0]) CHECK(r.n_drafted > r.n_accepted);

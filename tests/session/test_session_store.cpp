@@ -58,16 +58,6 @@ std::string error_of(F&& f) {
     return "";
 }
 
-EngineOptions quiet_engine(int32_t block_size = 16) {
-    EngineOptions o;
-    o.device = "cpu";
-    o.n_threads = 1;
-    o.n_ctx = 512;
-    o.block_size = block_size;
-    o.quiet = true;
-    return o;
-}
-
 const std::vector<std::string> kTurns = {"Once upon a time", " Lily saw a big red ball.", " Then"};
 
 // Session "a" of sample_manifest() with made-up block contents.
@@ -251,7 +241,7 @@ TEST_CASE("session: 3 turns in one engine == 3 turns restored from disk (tokens,
     // Reference: one engine, one sequence, the transcript carried in memory.
     std::vector<GenerationResult> reference;
     {
-        Engine engine(stories(), quiet_engine());
+        Engine engine(stories(), quiet_cpu_engine());
         Sequence seq;
         std::vector<int32_t> transcript;
         for (size_t t = 0; t < kTurns.size(); t++) {
@@ -273,7 +263,7 @@ TEST_CASE("session: 3 turns in one engine == 3 turns restored from disk (tokens,
     options.sampling = greedy;
     size_t transcript_size = 0;
     for (size_t t = 0; t < kTurns.size(); t++) {
-        Engine engine(stories(), quiet_engine());  // a fresh process, as far as the pool is concerned
+        Engine engine(stories(), quiet_cpu_engine());  // a fresh process, as far as the pool is concerned
         std::vector<int32_t> fresh = engine.tokenizer().encode(kTurns[t], true, true);
         GenerationResult r = run_session_turn(engine, options, kTurns[t], fresh, [](const std::string&) {});
         CAPTURE(t);
@@ -304,7 +294,7 @@ TEST_CASE("session: restore is transactional and never past what verifies") {
     options.n_predict = 40;
     options.sampling.temperature = 0;
     {
-        Engine engine(stories(), quiet_engine());
+        Engine engine(stories(), quiet_cpu_engine());
         run_session_turn(engine, options, "Once upon a time", engine.tokenizer().encode("Once upon a time", true, true),
                          [](const std::string&) {});
     }
@@ -314,7 +304,7 @@ TEST_CASE("session: restore is transactional and never past what verifies") {
 
     // Another block size: refused before the pool is touched.
     {
-        Engine engine(stories(), quiet_engine(32));
+        Engine engine(stories(), quiet_cpu_engine(32));
         Sequence seq;
         int32_t used = engine.pool().n_used();
         std::string e = error_of([&] { restore_session(engine, store, "s", seq); });
@@ -329,7 +319,7 @@ TEST_CASE("session: restore is transactional and never past what verifies") {
     bytes[bytes.size() / 2] ^= 0x10;
     write_file(path, bytes);
     {
-        Engine engine(stories(), quiet_engine());
+        Engine engine(stories(), quiet_cpu_engine());
         Sequence seq;
         RestoredSession r = restore_session(engine, store, "s", seq);
         CHECK(r.n_restored == 16);
@@ -342,7 +332,7 @@ TEST_CASE("session: restore is transactional and never past what verifies") {
     }
     // The next save repairs the damaged block.
     {
-        Engine engine(stories(), quiet_engine());
+        Engine engine(stories(), quiet_cpu_engine());
         GenerationResult g = run_session_turn(engine, options, " The", {}, [](const std::string&) {});
         CHECK(g.n_restored == 16);
     }
@@ -360,7 +350,7 @@ TEST_CASE("session: two sessions with the same system prompt share its blocks; r
     options.n_predict = 4;
     options.sampling.temperature = 0;
     auto turn = [&](const std::string& name, const std::string& prompt) {
-        Engine engine(stories(), quiet_engine());
+        Engine engine(stories(), quiet_cpu_engine());
         options.session.name = name;
         return run_session_turn(engine, options, prompt, engine.tokenizer().encode(prompt, true, true),
                                 [](const std::string&) {});

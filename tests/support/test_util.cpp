@@ -124,4 +124,14 @@ std::string converted_model(const std::string& name, const std::vector<std::stri
     return out;
 }
 
+EngineOptions quiet_cpu_engine(int32_t block_size, int32_t n_threads) {
+    EngineOptions o;
+    o.device = "cpu";
+    o.n_threads = n_threads;
+    o.n_ctx = 512;
+    o.block_size = block_size;
+    o.quiet = true;
+    return o;
+}
+
 }  // namespace kvlm::test

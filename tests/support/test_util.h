@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+
 namespace kvlm::test {
 
 // Test data root: $KVLM_TEST_DATA, else ../shared/models relative to the repository root.
@@ -54,5 +56,8 @@ void write_file(const std::string& path, const std::string& content);
 // A converted model cached across tests in the build tree (e.g. stories260K from its GGUF), made by
 // running `kvlm convert SOURCE -o build/test-models/NAME.kvlm EXTRA...` once per test run.
 std::string converted_model(const std::string& name, const std::vector<std::string>& convert_args);
+
+// A quiet CPU engine for tests: n_ctx 512, the given KV block size and threads.
+EngineOptions quiet_cpu_engine(int32_t block_size = 16, int32_t n_threads = 1);
 
 }  // namespace kvlm::test
