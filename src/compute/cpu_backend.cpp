@@ -95,6 +95,20 @@ public:
         check_block(block, "host_kv_block");
         return kv_ + size_t(block) * kv_block_bytes();
     }
+    bool map_kv_block(int32_t block, int fd) override {
+        check_block(block, "map_kv_block");
+        // Only over memory never touched: unmapping written pages first (and flushing every thread's TLB)
+        // costs more than reading into them.
+        const size_t offset = size_t(block) * kv_block_bytes();
+        return !kv_memory_.resident(offset, kv_block_bytes()) && kv_memory_.map_file(offset, kv_block_bytes(), fd);
+    }
+    void make_kv_memory_cold() override {
+        kv_memory_.remap_anonymous(0, size_t(n_kv_blocks_) * kv_block_bytes());
+    }
+    void unmap_kv_block(int32_t block) override {
+        check_block(block, "unmap_kv_block");
+        kv_memory_.remap_anonymous(size_t(block) * kv_block_bytes(), kv_block_bytes());
+    }
     void copy_kv_block(int32_t src_block, int32_t dst_block) override {
         check_block(src_block, "copy_kv_block");
         check_block(dst_block, "copy_kv_block");

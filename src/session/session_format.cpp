@@ -1,6 +1,6 @@
 // Manifest and block-file encodings. Manifest: "KVSM", u32 version, u64 body size, u64 XXH3-64 of the
-// body, body. Block file: 64-byte header ("KVSB", version, namespace, hash, n_tokens, sizes, checksum)
-// then the payload.
+// body, body. Block file: the payload, then a 64-byte header ("KVSB", version, namespace, hash, n_tokens,
+// sizes, checksum); version 1 had the header first.
 #include "session/session_format.h"
 
 #include <xxhash.h>
@@ -193,8 +193,12 @@ SessionManifest decode_manifest(const uint8_t* data, size_t size, const std::str
 }
 
 std::vector<uint8_t> encode_block_file(const BlockFileHeader& h, const void* payload) {
+    KVLM_ASSERT(h.format_version >= kOldestBlockFormatVersion && h.format_version <= kSessionFormatVersion,
+                "block format version");
+    const bool header_first = h.format_version == 1;
     BufferWriter out;
     out.buffer().reserve(kBlockHeaderSize + h.payload_size);
+    if (!header_first) out.write_bytes(payload, h.payload_size);
     out.write_bytes(kBlockOpening.magic, 4);
     out.write_u32(h.format_version);
     write_hash(out, h.kv_namespace);
@@ -203,26 +207,28 @@ std::vector<uint8_t> encode_block_file(const BlockFileHeader& h, const void* pay
     out.write_u32(0);  // reserved
     out.write_u64(h.payload_size);
     out.write_u64(h.payload_checksum);
-    KVLM_ASSERT(out.position() == kBlockHeaderSize, "block header size");
-    out.write_bytes(payload, h.payload_size);
+    KVLM_ASSERT(out.position() == (header_first ? 0 : h.payload_size) + kBlockHeaderSize, "block header size");
+    if (header_first) out.write_bytes(payload, h.payload_size);
     return std::move(out.buffer());
 }
 
 BlockFileHeader decode_block_header(const uint8_t* data, size_t size, uint64_t file_size, const std::string& source) {
     Reader r(data, size, source);
     BlockFileHeader h;
-    h.format_version = read_opening(r, kBlockOpening, kSessionFormatVersion, kSessionFormatVersion);
+    h.format_version = read_opening(r, kBlockOpening, kOldestBlockFormatVersion, kSessionFormatVersion);
     h.kv_namespace = read_hash(r, "kv namespace");
     h.hash = read_hash(r, "block hash");
     h.n_tokens = r.read_i32("n_tokens");
     r.read_u32("reserved");
     h.payload_size = r.read_u64("payload size");
     h.payload_checksum = r.read_u64("payload checksum");
-    if (file_size != kBlockHeaderSize + h.payload_size)
+    if (h.payload_size > file_size || file_size - h.payload_size != kBlockHeaderSize)
         throw_error("{}: file is {} bytes, header promises {} (truncated or damaged)", source, file_size,
                     kBlockHeaderSize + h.payload_size);
     return h;
 }
+
+uint64_t block_payload_offset(const BlockFileHeader& h) { return h.format_version == 1 ? kBlockHeaderSize : 0; }
 
 BlockRecordShape block_record_shape(const SessionIdentity& identity) {
     BlockRecordShape shape;

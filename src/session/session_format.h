@@ -12,7 +12,11 @@
 
 namespace kvlm {
 
-constexpr uint32_t kSessionFormatVersion = 1;  // block files; any other value is refused
+// Block files: version 2 (written since 2026-11-26) keeps its 64-byte header after the payload, so that the
+// payload starts the file on a page boundary and can be mapped into the pool; version 1, the header before
+// the payload, is still read. Any other value is refused.
+constexpr uint32_t kSessionFormatVersion = 2;
+constexpr uint32_t kOldestBlockFormatVersion = 1;
 // Manifests: version 2 added the session's own name and the model's description; version 1 is still read.
 constexpr uint32_t kManifestVersion = 2;
 constexpr size_t kBlockHeaderSize = 64;
@@ -90,10 +94,15 @@ struct BlockFileHeader {
     uint64_t payload_checksum = 0;
 };
 
-// Header + payload in one buffer (one sequential write).
+// The whole file in one buffer (one sequential write): payload, then the header (header.format_version 2), or
+// header then payload (version 1, which only tests of old stores write).
 std::vector<uint8_t> encode_block_file(const BlockFileHeader& header, const void* payload);
-// Parses and checks the header only (magic, version, sizes against file_size); throws Error.
+// Parses and checks a header (magic, version, sizes against file_size); throws Error. `data` holds the
+// file's last kBlockHeaderSize bytes (version 2) or its first (version 1): a reader tries the end first, and
+// a header found in the wrong place for its version is refused by the caller.
 BlockFileHeader decode_block_header(const uint8_t* data, size_t size, uint64_t file_size, const std::string& source);
+// Where the payload starts: 0 (version 2) or kBlockHeaderSize (version 1).
+uint64_t block_payload_offset(const BlockFileHeader& header);
 
 uint64_t payload_checksum(const void* data, size_t size);  // XXH3-64
 

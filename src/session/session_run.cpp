@@ -19,25 +19,27 @@ std::string start_fresh_hint(const std::string& name) {
 }
 
 // Reads and verifies the block files of manifest blocks `indices` into pool blocks `blocks` (one each), filling
-// problems[i] ("" when it verified), by up to kMaxReaders threads. Where the pool is host memory the files are
-// read straight into it (a restore then runs at memory speed: each block is copied once by the kernel and
+// problems[i] ("" when it verified), by up to kMaxReaders threads; returns how many blocks were mapped. Where
+// the pool is host memory a full block's file is mapped over its pool block when the storage can
+// (KvBlockStorage::map_kv_block: records of whole pages) - the restore then costs only the checksum's read
+// of the page cache - and otherwise read straight into it (each block copied once by the kernel and
 // checksummed while it is in cache); otherwise into a staging area of up to kStagingBytes, handed to the
 // backend one batch at a time (write_kv_blocks: a GPU copies a batch without waiting between blocks). A block
 // after one that failed may be left unread (its problem then says so): nothing past the first failure is kept.
 constexpr int kMaxReaders = 4;
 constexpr size_t kStagingBytes = size_t(256) << 20;
 
-void read_blocks(Backend& backend, const SessionStore& store, const SessionManifest& m, const BlockHash& kv_namespace,
-                 const std::vector<size_t>& indices, const std::vector<int32_t>& blocks,
-                 std::vector<std::string>* problems) {
+size_t read_blocks(Backend& backend, const SessionStore& store, const SessionManifest& m,
+                   const BlockHash& kv_namespace, const std::vector<size_t>& indices,
+                   const std::vector<int32_t>& blocks, std::vector<std::string>* problems) {
     const size_t block_bytes = backend.kv_block_bytes();
     const BlockRecordShape shape = block_record_shape(m.identity);
     KVLM_ASSERT(shape.full_bytes() == block_bytes, "KV block record layout");
-    if (indices.empty()) return;
+    if (indices.empty()) return 0;
     const bool staged = backend.host_kv_block(blocks[0]) == nullptr;
     const size_t batch = staged ? std::max<size_t>(1, kStagingBytes / block_bytes) : indices.size();
     std::vector<uint8_t> staging(staged ? std::min(batch, indices.size()) * block_bytes : 0);
-    std::atomic<size_t> first_failed{SIZE_MAX};
+    std::atomic<size_t> first_failed{SIZE_MAX}, n_mapped{0};
     for (size_t begin = 0; begin < indices.size() && first_failed.load() == SIZE_MAX; begin += batch) {
         const size_t end = std::min(indices.size(), begin + batch);
         auto target = [&](size_t k) {
@@ -53,7 +55,14 @@ void read_blocks(Backend& backend, const SessionStore& store, const SessionManif
                     continue;
                 }
                 try {  // read_block reports bad files as problems; nothing else may escape a reader thread
-                    (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, shape, target(k));
+                    SessionStore::Mapper mapper;
+                    if (!staged) {
+                        mapper.map = [&](int fd) { return backend.map_kv_block(blocks[k], fd); };
+                        mapper.unmap = [&] { backend.unmap_kv_block(blocks[k]); };
+                    }
+                    bool mapped = false;
+                    (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, shape, target(k), mapper, &mapped);
+                    if (mapped) n_mapped++;
                 } catch (const std::exception& e) {
                     (*problems)[i] = e.what();
                 }
@@ -85,6 +94,7 @@ void read_blocks(Backend& backend, const SessionStore& store, const SessionManif
     for (size_t k = 0; k < indices.size(); k++)
         if ((*problems)[indices[k]].empty() && indices[k] > first_failed.load())
             (*problems)[indices[k]] = "not read (an earlier block failed)";
+    return n_mapped.load();
 }
 
 }  // namespace
@@ -194,7 +204,8 @@ RestoredSession restore_session(Engine& engine, const SessionStore& store, const
     for (size_t i = 0; i < claims.size(); i++)
         if (!claims[i].cached) to_read.push_back(i), to_read_blocks.push_back(claims[i].block);
     std::vector<std::string> problems(claims.size());
-    read_blocks(engine.backend(), store, m, cache.kv_namespace(), to_read, to_read_blocks, &problems);
+    r.n_blocks_mapped = read_blocks(engine.backend(), store, m, cache.kv_namespace(), to_read, to_read_blocks, &problems);
+    r.n_blocks_read = to_read.size() - r.n_blocks_mapped;
 
     // 3. Keep the blocks before the first one that failed (indexing the full ones read from disk), hand back
     //    the rest; the transcript from there on is recomputed.

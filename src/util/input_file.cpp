@@ -2,6 +2,7 @@
 #include "util/input_file.h"
 
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +43,21 @@ size_t InputFile::read_at(void* dst, size_t n, uint64_t offset) {
         got += size_t(r);
     }
     return got;
+}
+
+bool InputFile::read_cached_at(void* dst, size_t n, uint64_t offset) {
+#ifdef RWF_NOWAIT
+    iovec part = {dst, n};
+    ssize_t r;
+    do {
+        r = ::preadv2(fd_, &part, 1, off_t(offset), RWF_NOWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r >= 0) return size_t(r) == n;
+    if (errno == EAGAIN) return false;
+    if (errno != EOPNOTSUPP && errno != EINVAL && errno != ENOSYS)
+        throw_error("{}: read failed: {}", path_, os_error_text(errno));
+#endif
+    return read_at(dst, n, offset) == n;
 }
 
 }  // namespace kvlm

@@ -18,9 +18,13 @@ public:
     // False if `path` does not exist; throws Error naming it and the OS reason for other failures.
     bool open(const std::string& path);
     uint64_t size() const { return size_; }
+    int descriptor() const { return fd_; }  // for mmap; owned by this object
     // Reads up to n bytes at `offset` into dst; returns how many it read (fewer only at the end of the
     // file, e.g. one that shrank). Throws Error naming the file on a read failure.
     size_t read_at(void* dst, size_t n, uint64_t offset);
+    // read_at of n bytes only if they are in the page cache: false, when reading them would wait for the
+    // disk, with nothing read. Where the system cannot tell (no RWF_NOWAIT) it reads as read_at does.
+    bool read_cached_at(void* dst, size_t n, uint64_t offset);
 
 private:
     int fd_ = -1;

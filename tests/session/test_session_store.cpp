@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 
@@ -153,6 +154,13 @@ TEST_CASE("session store: block files verify namespace, size and checksum") {
     std::vector<uint8_t> payload(payload_size);
     CHECK(store.read_block(m.blocks[0], ns, shape, payload.data()) == "");
     CHECK(payload[5] == 5);
+    // Format version 2: the payload opens the file (page-aligned, so a restore can map it), the header ends it.
+    {
+        const std::string file = read_file(store.block_path(m.blocks[0].hash));
+        REQUIRE(file.size() == payload_size + kBlockHeaderSize);
+        CHECK(std::memcmp(file.data(), payload.data(), payload_size) == 0);
+        CHECK(file.substr(payload_size, 5) == std::string("KVSB\x02", 5));
+    }
     CHECK(store.read_block(m.blocks[0], BlockHash{1, 2}, shape, payload.data()).find("namespace") != std::string::npos);
     BlockRecordShape smaller = shape;
     smaller.row_bytes = 16;
@@ -194,6 +202,37 @@ TEST_CASE("session store: block files verify namespace, size and checksum") {
     CHECK_MESSAGE(report.notes[0].find("1 of 2 blocks evicted") != std::string::npos, report.notes[0]);
 }
 
+TEST_CASE("session store: block files of version 1 (header first, kvlm before 2026-11-26) still read") {
+    TempDir dir;
+    SessionStore store(dir.path());
+    SessionManifest m = save_sample(store);
+    BlockHash ns = kv_namespace_hash(m.identity.model_fingerprint, DType::f32, 4);
+    const BlockRecordShape shape = block_record_shape(m.identity);
+    std::vector<uint8_t> record(shape.full_bytes());
+    REQUIRE(store.read_block(m.blocks[0], ns, shape, record.data()) == "");
+    BlockFileHeader h;
+    h.format_version = 1;
+    h.kv_namespace = ns;
+    h.hash = m.blocks[0].hash;
+    h.n_tokens = 4;
+    h.payload_size = record.size();
+    h.payload_checksum = m.blocks[0].checksum;
+    const std::vector<uint8_t> v1 = encode_block_file(h, record.data());
+    REQUIRE(std::string(v1.begin(), v1.begin() + 5) == std::string("KVSB\x01", 5));
+    const std::string path = store.block_path(h.hash);
+    write_file(path, std::string(v1.begin(), v1.end()));
+    std::vector<uint8_t> again(shape.full_bytes(), 0xee);
+    CHECK(store.read_block(m.blocks[0], ns, shape, again.data()) == "");
+    CHECK(again == record);
+    // A save keeps a valid version-1 block (dedup reads its header where it is).
+    CHECK(store.save("b", m, ns, shape, [](size_t, std::vector<uint8_t>&) { FAIL("must not be read"); }).n_files == 0);
+    // A header where its version does not put it is damage, not a block.
+    std::string moved = std::string(v1.begin() + kBlockHeaderSize, v1.end()) + std::string(v1.begin(), v1.begin() + 64);
+    write_file(path, moved);
+    const std::string problem = store.read_block(m.blocks[0], ns, shape, again.data());
+    CHECK_MESSAGE(problem.find("version-1 block header at the end") != std::string::npos, problem);
+}
+
 TEST_CASE("session store: a partial block stored whole (kvlm before 2026-11-26) still reads; saving packs it") {
     TempDir dir;
     SessionStore store(dir.path());
@@ -205,6 +244,7 @@ TEST_CASE("session store: a partial block stored whole (kvlm before 2026-11-26) 
     for (size_t slab = 0; slab < shape.n_slabs; slab++)
         for (size_t j = 0; j < 2 * shape.row_bytes; j++) whole[slab * 4 * shape.row_bytes + j] = uint8_t(7 + slab + j);
     BlockFileHeader h;
+    h.format_version = 1;  // what an older kvlm wrote
     h.kv_namespace = ns;
     h.hash = m.blocks[1].hash;
     h.n_tokens = 2;
@@ -336,6 +376,71 @@ TEST_CASE("session: restore is transactional and never past what verifies") {
         GenerationResult g = run_session_turn(engine, options, " The", {}, [](const std::string&) {});
         CHECK(g.n_restored == 16);
     }
+    CHECK(store.verify("s").problems.empty());
+}
+
+TEST_CASE("session: full blocks are mapped into untouched pool memory copy-on-write; writes never reach the store") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    TempDir dir;
+    RunOptions options;
+    options.session.name = "s";
+    options.session.dir = dir.path();
+    options.n_predict = 40;
+    options.sampling.temperature = 0;
+    {
+        Engine engine(stories(), quiet_cpu_engine());
+        run_session_turn(engine, options, "Once upon a time", engine.tokenizer().encode("Once upon a time", true, true),
+                         [](const std::string&) {});
+    }
+    SessionStore store(dir.path());
+    const SessionManifest m = store.load_manifest("s");
+    REQUIRE(m.blocks.size() == 3);  // 44 tokens in KV: 2 full blocks and a partial one
+    std::vector<std::string> files;
+    for (const SessionBlockRef& ref : m.blocks) files.push_back(read_file(store.block_path(ref.hash)));
+    // A long prompt computed in a fresh engine: the reference for the same prompt in pool blocks that held
+    // mapped files.
+    std::vector<int32_t> long_prompt;
+    for (int i = 0; long_prompt.size() < 400; i++) long_prompt.push_back(int32_t(1 + (i * 37) % 500));
+    Prefill reference;
+    {
+        Engine engine(stories(), quiet_cpu_engine());
+        Sequence seq;
+        reference = prefill(engine, seq, long_prompt);
+        engine.prefix_cache().release(seq);
+    }
+
+    for (DType kv : {DType::f32, DType::f16}) {
+        CAPTURE(dtype_name(kv));
+        EngineOptions o = quiet_cpu_engine();
+        o.kv_dtype = kv;
+        if (kv == DType::f16) {  // a session of f16 KV to restore: 10 KiB records, not whole pages
+            Engine engine(stories(), o);
+            RunOptions f16 = options;
+            f16.session.name = "h";
+            run_session_turn(engine, f16, "Once upon a time", engine.tokenizer().encode("Once upon a time", true, true),
+                             [](const std::string&) {});
+        }
+        Engine engine(stories(), o);
+        Sequence seq;
+        RestoredSession r = restore_session(engine, store, kv == DType::f32 ? "s" : "h", seq);
+        CHECK(r.n_restored == 44);
+        // f32 records of stories260K are 20 KiB, five pages: the full ones are mapped, the packed partial
+        // one read. f16 records are read.
+        CHECK(r.n_blocks_mapped == (kv == DType::f32 ? 2u : 0u));
+        CHECK(r.n_blocks_read == (kv == DType::f32 ? 1u : 3u));
+        Sampler sampler(options.sampling);
+        GenerationResult g = generate(engine, seq, {m.tokens[44]}, 8, sampler, [](const std::string&) {});
+        CHECK(g.stop_reason == "token limit");
+        engine.prefix_cache().release(seq);
+        if (kv != DType::f32) continue;
+        // Every block free again; a prompt that needs nearly the whole pool writes into the mapped ones.
+        engine.prefix_cache().evict_unreferenced();
+        Sequence other;
+        Prefill p = prefill(engine, other, long_prompt);
+        CHECK(p.logits == reference.logits);
+        engine.prefix_cache().release(other);
+    }
+    for (size_t i = 0; i < m.blocks.size(); i++) CHECK(read_file(store.block_path(m.blocks[i].hash)) == files[i]);
     CHECK(store.verify("s").problems.empty());
 }
 
