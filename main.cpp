@@ -195,6 +195,13 @@ int main(int argc, char** argv) {
     chat_cmd->add_flag("--no-history", chat.no_history,
                        "Do not keep the input history in $XDG_STATE_HOME/kvlm/chat_history (default: "
                        "~/.local/state/kvlm/chat_history)");
+    chat_cmd->add_option("--spec", chat.spec_mode,
+                         "Speculative decoding of the answers: lookup drafts from the conversation's own tokens "
+                         "(same answers; faster where they repeat it)")
+        ->capture_default_str();
+    chat_cmd->add_option("--spec-max", chat.spec.max_drafted, "Draft tokens per verify forward (with --spec)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
     add_sampling_flags(chat_cmd, chat.sampling_flags, &chat_seed);
     add_session_flags(chat_cmd, chat.session, "Continue session NAME, saving it after every answer",
                       "Session store size cap (default 4GiB)");

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "generate/generate.h"
 #include "generate/sampler.h"
+#include "generate/speculative.h"
 #include "kv/prefix_cache.h"
 
 namespace kvlm {
@@ -63,6 +64,8 @@ public:
                                 const std::atomic<bool>* cancel = nullptr);
     // --no-special: text in later messages never becomes special tokens (default: it does, as in HF).
     void set_plain_message_text(bool plain) { plain_message_text_ = plain; }
+    // Speculative decoding for the answers (--spec; default off). Greedy answers are the same either way.
+    void set_speculation(const SpecOptions& spec) { spec_ = spec; }
     // What a "context is full" Error from send() advises (default: the chat commands /undo and /reset).
     void set_context_full_advice(std::string advice) { context_full_advice_ = std::move(advice); }
     // A new conversation (same system prompt, or `system`).
@@ -105,6 +108,7 @@ private:
     int32_t n_restored_ = 0;           // K/V tokens from disk not yet reported in a turn's result
     std::string context_full_advice_;  // set by the constructor: a larger -c only where the model allows it
     bool plain_message_text_ = false;
+    SpecOptions spec_;
 };
 
 }  // namespace kvlm

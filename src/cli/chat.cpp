@@ -57,7 +57,10 @@ std::string stats_text(Engine& engine, const GenerationResult& r) {
         "{} tokens, {:.1f} tok/s | first token {:.3f} s | KV blocks {} used, {} free | stop: {}",
         r.n_prompt, r.n_reused, r.n_restored, r.n_prefilled,
         r.prefill_seconds > 0 ? r.n_prefilled / r.prefill_seconds : 0.0, n_generated, rate, r.first_token_seconds,
-        engine.pool().n_used(), engine.pool().n_blocks() - engine.pool().n_used(), r.stop_reason);
+        engine.pool().n_used(), engine.pool().n_blocks() - engine.pool().n_used(), r.stop_reason) +
+           (r.n_spec_forwards > 0 || r.n_drafted > 0
+                ? fmt::format(" | speculation: {} tokens drafted, {} accepted", r.n_drafted, r.n_accepted)
+                : "");
 }
 
 class ChatCli {
@@ -294,6 +297,8 @@ int cmd_chat(const ChatOptions& options) {
     check_sampling_settings(options.sampling_flags);
     if (!options.system.empty() && !options.system_file.empty())
         throw_error("--system and --system-file cannot be combined");
+    ChatOptions parsed = options;
+    parse_spec_mode(options.spec_mode, &parsed.spec);
     std::string system = options.system;
     if (!options.system_file.empty()) {
         std::vector<uint8_t> bytes;
@@ -308,10 +313,15 @@ int cmd_chat(const ChatOptions& options) {
     engine_options.quiet = !options.verbose;
     engine_options.verbose = options.verbose;
     Engine engine(options.engine.model_path, engine_options);
-    ChatOptions resolved = options;
+    ChatOptions resolved = parsed;
     resolved.sampling = resolve_run_sampling(engine, options.sampling_flags, options.sampling.seed, options.verbose);
     ChatSession chat(engine, chat_template_for_session(engine, options.chat_template, options.session), system);
     chat.set_plain_message_text(options.no_special);
+    if (resolved.spec.mode != SpecOptions::Mode::off && !engine.backend().multi_token_forward_is_exact())
+        throw_error("--spec runs on the CPU backend only for now: a forward of several tokens on {} does not give the "
+                    "bits of its one-token steps, so speculation could change the answers (use --device cpu)",
+                    engine.backend().name());
+    chat.set_speculation(resolved.spec);
     warn_dropped_bytes(engine.tokenizer(), system, "the system prompt");
 
     ChatStore store(options.session);

@@ -139,6 +139,8 @@ struct ChatOptions {
     SamplingSettings sampling_flags;  // the sampling flags given
     SamplingParams sampling;     // seed from --seed; cmd_chat resolves the rest (resolve_sampling)
     SessionFlags session;        // restore session.name at start, save it after each turn and on exit
+    std::string spec_mode = "off";  // --spec (parse_spec_mode)
+    SpecOptions spec;               // --spec-max; cmd_chat sets the mode from spec_mode
 };
 int cmd_chat(const ChatOptions& options);
 

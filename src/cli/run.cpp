@@ -201,8 +201,6 @@ int cmd_run(const RunOptions& options) {
     if (options.n_samples < 1) throw_error("--samples: {} is not valid (need at least 1)", options.n_samples);
     SpecOptions spec = options.spec;
     parse_spec_mode(options.spec_mode, &spec);
-    if (spec.mode != SpecOptions::Mode::off && options.chat && !options.session.name.empty())
-        throw_error("--spec with --chat --session is not supported yet (it is with --chat, and with --session)");
     check_sampling_settings(options.sampling_flags);
     std::string prompt = read_prompt(options);
 

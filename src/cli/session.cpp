@@ -273,6 +273,7 @@ GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options
             : "the session is unchanged and holds the model's whole context: start a new conversation under another "
               "--session name");
     chat.set_plain_message_text(options.no_special);
+    chat.set_speculation(options.spec);
     ChatStore store(options.session);
     if (store.open(name, engine, chat)) check_continued_system_prompt(chat, options.system, name);
     Sampler sampler(options.sampling);

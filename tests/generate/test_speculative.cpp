@@ -126,9 +126,37 @@ TEST_CASE("speculative: kvlm run --spec, and the combinations it refuses") {
     CliResult bad = with({"--spec", "sometimes"});
     CHECK(bad.exit_code != 0);
     CHECK_MESSAGE(contains(bad.err, "--spec: unknown mode 'sometimes' (expected lookup or off)"), bad.err);
-    TempDir dir;
-    CliResult chat = with({"--chat", "--chat-template", "chatml", "--session", "c", "--session-dir", dir.path(),
-                           "--spec", "lookup"});
-    CHECK(chat.exit_code != 0);
-    CHECK_MESSAGE(contains(chat.err, "--spec with --chat --session is not supported yet"), chat.err);
+}
+
+TEST_CASE("speculative: chat sessions and kvlm chat answer the same with --spec lookup, turn after turn") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    const std::string model = stories();
+    // run --chat --session: two turns each way, each in its own store; the second turn restores the first.
+    std::vector<std::string> answers[2];
+    for (int spec = 0; spec < 2; spec++) {
+        TempDir dir;
+        for (const char* message : {kRepeating, "Say it again."}) {
+            std::vector<std::string> args = {"run", "-m", model, "--chat", "--chat-template", "chatml", "-p", message,
+                                             "-n", "60", "--temp", "0", "--session", "c", "--session-dir", dir.path()};
+            if (spec) args.insert(args.end(), {"--spec", "lookup", "-v"});
+            CliResult r = run_kvlm(args);
+            REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+            if (spec) CHECK_MESSAGE(contains(r.err, "speculation: "), r.err);
+            answers[spec].push_back(r.out);
+        }
+    }
+    CHECK(answers[1] == answers[0]);
+    // kvlm chat, piped: two messages, one answer each; -v names the drafts.
+    const std::string messages = std::string(kRepeating) + "\nSay it again.\n";
+    std::vector<std::string> chat = {"chat", "-m", model, "--chat-template", "chatml", "-n", "60", "--temp", "0"};
+    CliResult plain = run_kvlm(chat, messages);
+    chat.insert(chat.end(), {"--spec", "lookup", "--spec-max", "4", "-v"});
+    CliResult fast = run_kvlm(chat, messages);
+    REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
+    REQUIRE_MESSAGE(fast.exit_code == 0, fast.err);
+    CHECK(fast.out == plain.out);
+    CHECK_MESSAGE(contains(fast.err, "| speculation: "), fast.err);
+    CliResult bad = run_kvlm({"chat", "-m", model, "--chat-template", "chatml", "--spec", "sometimes"}, messages);
+    CHECK(bad.exit_code != 0);
+    CHECK_MESSAGE(contains(bad.err, "--spec: unknown mode 'sometimes'"), bad.err);
 }
