@@ -137,12 +137,14 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     run_cmd->add_option("--spec", run.spec_mode,
                         "Speculative decoding: lookup drafts the tokens that followed the last few tokens' latest "
-                        "earlier occurrence and verifies them in one forward (same output; faster where the text "
-                        "repeats its input)")
+                        "earlier occurrence, draft has --draft-model propose them; either way they are verified in "
+                        "one forward (same output; faster where the drafts are right)")
         ->capture_default_str();
     run_cmd->add_option("--spec-max", run.spec.max_drafted, "Draft tokens per verify forward (with --spec)")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
+    run_cmd->add_option("--draft-model", run.draft_model,
+                        "With --spec draft: a smaller .kvlm model with the same vocabulary that drafts the tokens");
     add_sampling_flags(run_cmd, run.sampling_flags, &run_seed);
     add_session_flags(run_cmd, run.session,
                       "Continue session NAME (restore its KV), then save it; with --chat the prompt is its next message",
@@ -196,12 +198,14 @@ int main(int argc, char** argv) {
                        "Do not keep the input history in $XDG_STATE_HOME/kvlm/chat_history (default: "
                        "~/.local/state/kvlm/chat_history)");
     chat_cmd->add_option("--spec", chat.spec_mode,
-                         "Speculative decoding of the answers: lookup drafts from the conversation's own tokens "
-                         "(same answers; faster where they repeat it)")
+                         "Speculative decoding of the answers: lookup drafts from the conversation's own tokens, "
+                         "draft from --draft-model (same answers; faster where the drafts are right)")
         ->capture_default_str();
     chat_cmd->add_option("--spec-max", chat.spec.max_drafted, "Draft tokens per verify forward (with --spec)")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
+    chat_cmd->add_option("--draft-model", chat.draft_model,
+                         "With --spec draft: a smaller .kvlm model with the same vocabulary that drafts the tokens");
     add_sampling_flags(chat_cmd, chat.sampling_flags, &chat_seed);
     add_session_flags(chat_cmd, chat.session, "Continue session NAME, saving it after every answer",
                       "Session store size cap (default 4GiB)");

@@ -321,6 +321,8 @@ int cmd_chat(const ChatOptions& options) {
         throw_error("--spec runs on the CPU backend only for now: a forward of several tokens on {} does not give the "
                     "bits of its one-token steps, so speculation could change the answers (use --device cpu)",
                     engine.backend().name());
+    const std::unique_ptr<DraftModel> draft_model =
+        load_draft_model(options.draft_model, &resolved.spec, engine, engine_options);
     chat.set_speculation(resolved.spec);
     warn_dropped_bytes(engine.tokenizer(), system, "the system prompt");
 

@@ -4,11 +4,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "generate/sampler.h"
+#include "generate/draft_model.h"
 #include "generate/speculative.h"
 #include "util/byte_size.h"  // parse_byte_size for the flags
 
@@ -108,8 +110,15 @@ struct RunOptions {
     SessionFlags session;        // continue and save session.name (docs/SESSIONS.md)
     std::string spec_mode = "off";  // --spec, parsed into spec by cmd_run
     SpecOptions spec;               // --spec, --spec-max (generate/speculative.h)
+    std::string draft_model;        // --draft-model, with --spec draft
 };
 int cmd_run(const RunOptions& options);
+
+// The draft model of --spec draft (spec->drafter set to it), or null for another mode. Throws Error for
+// --spec draft without --draft-model, --draft-model without --spec draft, or a draft model whose vocabulary
+// differs from `target`'s. It runs on the CPU with target's threads and context.
+std::unique_ptr<DraftModel> load_draft_model(const std::string& path, SpecOptions* spec, const Engine& target,
+                                             const EngineOptions& target_options);
 
 // The --session part of `kvlm run` (cli/session.cpp): locks the session, restores its transcript and K/V,
 // prefills the tokens not in KV plus `prompt` (a continuation appends it without BOS; a new session uses
@@ -141,6 +150,7 @@ struct ChatOptions {
     SessionFlags session;        // restore session.name at start, save it after each turn and on exit
     std::string spec_mode = "off";  // --spec (parse_spec_mode)
     SpecOptions spec;               // --spec-max; cmd_chat sets the mode from spec_mode
+    std::string draft_model;        // --draft-model, with --spec draft
 };
 int cmd_chat(const ChatOptions& options);
 

@@ -194,6 +194,24 @@ int run_with_session(Engine& engine, const RunOptions& options, const std::strin
 
 }  // namespace
 
+std::unique_ptr<DraftModel> load_draft_model(const std::string& path, SpecOptions* spec, const Engine& target,
+                                             const EngineOptions& target_options) {
+    const bool draft_mode = spec->mode == SpecOptions::Mode::draft;
+    if (draft_mode && path.empty())
+        throw_error("--spec draft needs --draft-model SMALL.kvlm (a smaller model with the same vocabulary)");
+    if (!draft_mode && !path.empty()) throw_error("--draft-model {} is only used with --spec draft", path);
+    if (!draft_mode) return nullptr;
+    EngineOptions options;
+    options.device = "cpu";  // speculation runs on the CPU backend for now (generate.cpp)
+    options.n_threads = target_options.n_threads;
+    options.n_ctx = target.n_ctx();
+    options.kv_dtype_auto = true;
+    options.quiet = true;
+    auto draft = std::make_unique<DraftModel>(path, options, target.tokenizer());
+    spec->drafter = draft.get();
+    return draft;
+}
+
 int cmd_run(const RunOptions& options) {
     auto command_start = std::chrono::steady_clock::now();
     if (options.n_predict < -1) throw_error("-n: {} is not valid (use -1 for no limit)", options.n_predict);
@@ -212,6 +230,7 @@ int cmd_run(const RunOptions& options) {
     Engine engine(options.engine.model_path, engine_options);
     RunOptions resolved = options;
     resolved.sampling = resolve_run_sampling(engine, options.sampling_flags, options.sampling.seed, options.verbose);
+    const std::unique_ptr<DraftModel> draft_model = load_draft_model(options.draft_model, &spec, engine, engine_options);
     resolved.spec = spec;
 
     // A chat session's turn is rendered against its saved messages (cli/session.cpp), not tokenized here.

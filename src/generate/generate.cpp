@@ -93,7 +93,8 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     if (n_predict != 0) hash_logits(), token = sampler.sample(logits.data(), n_vocab, seq.tokens);
     // Speculation: the draft of the last verify forward, whose K/V lie past the sequence's end; logits row i
     // follows drafts[i]. drafts[next] is the token it expects next.
-    const bool speculate = spec && spec->mode == SpecOptions::Mode::lookup;
+    const bool speculate = spec && spec->mode != SpecOptions::Mode::off;
+    KVLM_ASSERT(!speculate || spec->mode != SpecOptions::Mode::draft || spec->drafter, "--spec draft needs a drafter");
     if (speculate && !engine.backend().multi_token_forward_is_exact())
         throw_error("--spec runs on the CPU backend only for now: a forward of several tokens on {} does not give "
                     "the bits of its one-token steps, so speculation could change the output (use --device cpu)",
@@ -179,7 +180,9 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
             int32_t room = std::min(spec->max_drafted, n_ctx - pos - 1);
             if (n_predict > 0) room = std::min(room, n_predict - step - 2);
             std::vector<int32_t> drafts;
-            if (step >= no_draft_until) drafts = lookup_draft(seq.tokens, room);
+            if (step >= no_draft_until)
+                drafts = spec->mode == SpecOptions::Mode::lookup ? lookup_draft(seq.tokens, room)
+                                                                 : spec->drafter->draft(seq.tokens, room);
             if (int32_t(drafts.size()) < kMinDraft) drafts.clear();
             if (!drafts.empty()) {
                 try {

@@ -9,10 +9,8 @@ namespace kvlm {
 void parse_spec_mode(const std::string& name, SpecOptions* options) {
     if (name == "off") options->mode = SpecOptions::Mode::off;
     else if (name == "lookup") options->mode = SpecOptions::Mode::lookup;
-    else if (name == "draft")
-        throw_error("--spec draft (a second, smaller model) is not available yet; --spec lookup drafts from the "
-                    "text itself");
-    else throw_error("--spec: unknown mode '{}' (expected lookup or off)", name);
+    else if (name == "draft") options->mode = SpecOptions::Mode::draft;
+    else throw_error("--spec: unknown mode '{}' (expected lookup, draft or off)", name);
 }
 
 std::vector<int32_t> lookup_draft(const std::vector<int32_t>& history, int32_t max_tokens) {

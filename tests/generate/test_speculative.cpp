@@ -1,11 +1,14 @@
-// Speculative decoding by prompt lookup (generate/speculative.h): drafts come from the text itself, and decode()
-// with them gives exactly the tokens and logits of decoding without them (greedy and sampled, every block
-// size), keeps no block of an unconfirmed draft, and a session saved after rejected drafts restores as one
-// saved without speculation.
+// Speculative decoding (generate/speculative.h): drafts come from the text itself (lookup) or a draft model,
+// and decode() with them gives exactly the tokens and logits of decoding without them (greedy and sampled,
+// every block size), keeps no block of an unconfirmed draft, and a session saved after rejected drafts
+// restores as one saved without speculation. Chat and chat sessions answer the same with it.
 #include <doctest/doctest.h>
+
+#include <filesystem>
 
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "generate/draft_model.h"
 #include "generate/generate.h"
 #include "generate/speculative.h"
 #include "session/session_store.h"
@@ -34,7 +37,8 @@ TEST_CASE("speculative: lookup drafts follow the latest earlier occurrence of th
     CHECK(lookup_draft({1, 2, 1, 2}, 0).empty());
     SpecOptions spec;
     CHECK_THROWS_WITH_AS(parse_spec_mode("fast", &spec), doctest::Contains("unknown mode 'fast'"), Error);
-    CHECK_THROWS_WITH_AS(parse_spec_mode("draft", &spec), doctest::Contains("not available yet"), Error);
+    parse_spec_mode("draft", &spec);
+    CHECK(spec.mode == SpecOptions::Mode::draft);
     parse_spec_mode("lookup", &spec);
     CHECK(spec.mode == SpecOptions::Mode::lookup);
 }
@@ -125,7 +129,7 @@ TEST_CASE("speculative: kvlm run --spec, and the combinations it refuses") {
     CHECK_MESSAGE(contains(fast.err, "speculation: "), fast.err);
     CliResult bad = with({"--spec", "sometimes"});
     CHECK(bad.exit_code != 0);
-    CHECK_MESSAGE(contains(bad.err, "--spec: unknown mode 'sometimes' (expected lookup or off)"), bad.err);
+    CHECK_MESSAGE(contains(bad.err, "--spec: unknown mode 'sometimes' (expected lookup, draft or off)"), bad.err);
 }
 
 TEST_CASE("speculative: chat sessions and kvlm chat answer the same with --spec lookup, turn after turn") {
@@ -159,4 +163,81 @@ TEST_CASE("speculative: chat sessions and kvlm chat answer the same with --spec 
     CliResult bad = run_kvlm({"chat", "-m", model, "--chat-template", "chatml", "--spec", "sometimes"}, messages);
     CHECK(bad.exit_code != 0);
     CHECK_MESSAGE(contains(bad.err, "--spec: unknown mode 'sometimes'"), bad.err);
+}
+
+TEST_CASE("speculative: --spec draft with a q8_0 draft of the model gives the plain output, greedy and sampled") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    const std::string model = stories();
+    const std::string draft =
+        converted_model("stories-q8_0", {data_path("stories260K/stories260K.gguf"), "--dtype", "q8_0"});
+    for (const char* temp : {"0", "0.9"}) {
+        CAPTURE(temp);
+        const std::vector<std::string> run = {"run", "-m", model, "-p", "Once upon a time", "-n", "120",
+                                              "--temp", temp, "--seed", "11"};
+        CliResult plain = run_kvlm(run);
+        std::vector<std::string> args = run;
+        args.insert(args.end(), {"--spec", "draft", "--draft-model", draft, "--spec-max", "5", "-v"});
+        CliResult drafted = run_kvlm(args);
+        REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
+        REQUIRE_MESSAGE(drafted.exit_code == 0, drafted.err);
+        CHECK(drafted.out == plain.out);
+        CHECK_MESSAGE(contains(drafted.err, "speculation: "), drafted.err);
+    }
+    // In kvlm chat too, across two answers (the draft model's cache follows the conversation).
+    const std::string messages = "Tell me a story.\nAnother one.\n";
+    std::vector<std::string> chat = {"chat", "-m", model, "--chat-template", "chatml", "-n", "40", "--temp", "0"};
+    CliResult plain = run_kvlm(chat, messages);
+    chat.insert(chat.end(), {"--spec", "draft", "--draft-model", draft});
+    CliResult drafted = run_kvlm(chat, messages);
+    REQUIRE_MESSAGE(drafted.exit_code == 0, drafted.err);
+    CHECK(drafted.out == plain.out);
+}
+
+TEST_CASE("speculative: a draft model keeps its cache in line with the history it is given") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    const std::string model = stories();
+    Engine target(model, quiet_cpu_engine());
+    DraftModel drafter(model, quiet_cpu_engine(), target.tokenizer());  // the model drafting for itself
+    std::vector<int32_t> history = target.tokenizer().encode("Once upon a time", true, true);
+    // Greedy drafts of the same model are its greedy continuation, whatever the cache held before.
+    Sequence seq;
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    Sampler sampler(greedy);
+    GenerationResult reference = generate(target, seq, history, 12, sampler, [](const std::string&) {});
+    target.prefix_cache().release(seq);
+    const std::vector<int32_t> expected(reference.generated.begin(), reference.generated.begin() + 6);
+    CHECK(drafter.draft(history, 6) == expected);
+    CHECK(drafter.draft(history, 6) == expected);  // again: its own drafts are dropped first
+    std::vector<int32_t> longer = history;
+    longer.insert(longer.end(), expected.begin(), expected.begin() + 3);
+    CHECK(drafter.draft(longer, 3) == std::vector<int32_t>(expected.begin() + 3, expected.end()));
+    std::vector<int32_t> other = history;
+    other.push_back(target.tokenizer().encode(" dog", false, true).front());  // a token its draft did not have
+    CHECK(drafter.draft(other, 4).size() == 4);
+}
+
+TEST_CASE("speculative: --spec draft refuses a missing, unused or foreign draft model, naming why") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    const std::string model = stories();
+    const std::vector<std::string> run = {"run", "-m", model, "-p", "Once", "-n", "4"};
+    auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = run;
+        args.insert(args.end(), extra.begin(), extra.end());
+        return run_kvlm(args);
+    };
+    CliResult missing = with({"--spec", "draft"});
+    CHECK(missing.exit_code != 0);
+    CHECK_MESSAGE(contains(missing.err, "--spec draft needs --draft-model"), missing.err);
+    CliResult unused = with({"--draft-model", model});
+    CHECK(unused.exit_code != 0);
+    CHECK_MESSAGE(contains(unused.err, "is only used with --spec draft"), unused.err);
+    // SmolLM2's vocabulary (49152 tokens) is not stories260K's (512).
+    const char* smollm2 = "models/cache/smollm2-135m-instruct.kvlm";
+    if (!have_data(smollm2)) return;
+    CliResult foreign = with({"--spec", "draft", "--draft-model", smollm2});
+    CHECK(foreign.exit_code != 0);
+    CHECK_MESSAGE(contains(foreign.err, "its vocabulary differs from the model's (n_vocab: 49152 in the draft model, "
+                                        "512 in the target)"),
+                  foreign.err);
 }
