@@ -102,6 +102,13 @@ void report_cut_short(Engine& engine, const GenerationResult& result, const std:
 // The prompt is prefilled once; each of the options.n_samples completions decodes on a fork of it (the
 // last one on the prompt sequence itself), with its own sampler seeded seed + i. On stdout, completion i
 // (1-based, i >= 2) is preceded by the delimiter "\n--- sample i ---\n".
+// Whether --samples decode side by side (decode_samples: one forward per step for all of them): on a
+// batch-invariant backend, without speculation, with -n bounding the blocks each holds (cmd_run sizes the pool).
+bool samples_together(Engine& engine, const RunOptions& options) {
+    return options.n_samples > 1 && options.n_predict >= 0 && options.spec.mode == SpecOptions::Mode::off &&
+           engine.backend().multi_token_forward_is_exact();
+}
+
 void run_samples(Engine& engine, const RunOptions& options, const std::vector<int32_t>& prompt_ids,
                  double setup_seconds) {
     PrefixCache& cache = engine.prefix_cache();
@@ -112,6 +119,58 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
         write_stdout(text);
         wrote_newline_last = text.back() == '\n';
     };
+    auto report = [&](int32_t i, GenerationResult& result) {
+        result.n_prompt = prompt.n_prompt;
+        result.n_reused = i == 0 ? prompt.n_reused : prompt.n_prompt;  // later samples share the prefilled prompt
+        result.n_prefilled = i == 0 ? prompt.n_prefilled : 0;
+        result.prefill_seconds = i == 0 ? prompt.seconds : 0;
+        result.first_token_seconds += result.prefill_seconds;
+        std::string label = options.n_samples > 1 ? fmt::format("sample {}: ", i + 1) : "";
+        if (!options.quiet) report_cut_short(engine, result, label);
+        if (options.verbose) {
+            print_stats(engine, result, label, setup_seconds);
+            print_pool_stats(engine, result.logits_hash);
+        }
+    };
+    if (samples_together(engine, options)) {
+        const size_t n = size_t(options.n_samples);
+        std::vector<Sequence> seqs;
+        for (size_t i = 0; i + 1 < n; i++) seqs.push_back(cache.fork(prompt_seq));
+        seqs.push_back(std::move(prompt_seq));
+        std::vector<Sampler> samplers;
+        for (size_t i = 0; i < n; i++) {
+            SamplingParams params = options.sampling;
+            params.seed += uint64_t(i);
+            samplers.emplace_back(params);
+        }
+        std::vector<Sequence*> seq_ptrs;
+        std::vector<Sampler*> sampler_ptrs;
+        for (size_t i = 0; i < n; i++) seq_ptrs.push_back(&seqs[i]), sampler_ptrs.push_back(&samplers[i]);
+        // Printed in order, as one after another would: sample `shown` streams, later ones wait in `held`
+        // until those before them are done.
+        std::vector<std::string> held(n);
+        size_t shown = 0;
+        auto on_text = [&](size_t i, const std::string& text) {
+            if (i == shown) write_text(text);
+            else held[i] += text;
+        };
+        std::vector<GenerationResult> results;
+        try {
+            results = decode_samples(engine, seq_ptrs, prompt.logits, options.n_predict, sampler_ptrs, on_text);
+        } catch (...) {
+            for (Sequence& seq : seqs) cache.release(seq);
+            throw;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (i > 0) write_text(fmt::format("\n--- sample {} ---\n", i + 1));
+            if (i > 0 && !held[i].empty()) write_text(held[i]);
+            shown = i;
+            report(int32_t(i), results[i]);
+            cache.release(seqs[i]);
+        }
+        if (!wrote_newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
+        return;
+    }
     for (int32_t i = 0; i < options.n_samples; i++) {
         if (i > 0) write_text(fmt::format("\n--- sample {} ---\n", i + 1));
         bool last = i + 1 == options.n_samples;
@@ -121,18 +180,7 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
         Sampler sampler(params);
         GenerationResult result =
             decode(engine, seq, prompt.logits, options.n_predict, sampler, write_text, nullptr, &options.spec);
-        result.n_prompt = prompt.n_prompt;
-        result.n_reused = i == 0 ? prompt.n_reused : prompt.n_prompt;  // later samples share the prefilled prompt
-        result.n_prefilled = i == 0 ? prompt.n_prefilled : 0;
-        result.prefill_seconds = i == 0 ? prompt.seconds : 0;
-        result.first_token_seconds += result.prefill_seconds;
-
-        std::string label = options.n_samples > 1 ? fmt::format("sample {}: ", i + 1) : "";
-        if (!options.quiet) report_cut_short(engine, result, label);
-        if (options.verbose) {
-            print_stats(engine, result, label, setup_seconds);
-            print_pool_stats(engine, result.logits_hash);
-        }
+        report(i, result);
         cache.release(seq);
     }
     if (!wrote_newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
@@ -223,8 +271,13 @@ int cmd_run(const RunOptions& options) {
     std::string prompt = read_prompt(options);
 
     EngineOptions engine_options = to_engine_options(options.engine, &options.session);
-    // A fork writing past the prompt copies the prompt's shared last block: one block beyond the context.
+    // A fork writing past the prompt copies the prompt's shared last block: one block beyond the context. Samples
+    // decoded together (samples_together) hold their blocks at once: each past the first needs room for its
+    // -n tokens and its copy of that block.
     engine_options.n_spare_blocks = options.n_samples > 1 ? 1 : 0;
+    if (options.n_samples > 1 && options.n_predict >= 0)
+        engine_options.n_spare_blocks +=
+            (options.n_samples - 1) * ((options.n_predict + engine_options.block_size - 1) / engine_options.block_size + 1);
     engine_options.quiet = options.quiet;
     engine_options.verbose = options.verbose;
     Engine engine(options.engine.model_path, engine_options);

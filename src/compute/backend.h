@@ -71,6 +71,26 @@ public:
     virtual void forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table,
                          float* logits, bool all_logits = false) = 0;
 
+    // One sequence of a forward_sequences call: as forward()'s arguments; logits null for none.
+    struct SequenceInput {
+        const int32_t* tokens = nullptr;
+        int32_t n_tokens = 0;
+        int32_t pos = 0;
+        const BlockTable* table = nullptr;
+        float* logits = nullptr;
+        bool all_logits = false;
+    };
+    // forward() of several sequences (distinct block tables, or shared blocks only before their writes) in
+    // one call: a backend that batches runs all their rows through each weight matrix once, so N sequences
+    // decoding together stream the weights once per step, not N times. Each sequence gets the logits bits
+    // of forward() of it alone where multi_token_forward_is_exact(). Default: forward() one by one.
+    virtual void forward_sequences(const SequenceInput* inputs, size_t n_inputs) {
+        for (size_t i = 0; i < n_inputs; i++) {
+            const SequenceInput& in = inputs[i];
+            forward(in.tokens, in.n_tokens, in.pos, *in.table, in.logits, in.all_logits);
+        }
+    }
+
     // Whether decode_sample picks tokens on the device for these settings (CUDA: greedy; top-k up to 1024; or
     // top-k off with a min-p floor; at most 1024 penalty tokens). Otherwise decode_sample is forward().
     virtual bool samples_on_device(const SampleRequest& request) const { return false; }

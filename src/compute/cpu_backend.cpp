@@ -74,6 +74,7 @@ public:
         gate_.allocate(b * size_t(config_.n_ff));
         up_.allocate(b * size_t(config_.n_ff));
         positions_.resize(b);
+        tokens_.resize(b);
         name_ = fmt::format("cpu ({} threads, {})", pool_.n_threads(), cpu_path_text());
     }
 
@@ -121,12 +122,41 @@ public:
                  bool all_logits) override {
         check_forward(tokens, n_tokens, pos, table);
         for (int32_t start = 0; start < n_tokens; start += max_batch_) {
-            int32_t n = std::min(max_batch_, n_tokens - start);
-            float* out = nullptr;
-            if (all_logits) out = logits + int64_t(start) * config_.n_vocab;
-            else if (start + n == n_tokens) out = logits;
-            forward_batch(tokens + start, n, pos + start, table.blocks.data(), out, all_logits);
+            Segment segment;
+            segment.tokens = tokens + start;
+            segment.n = std::min(max_batch_, n_tokens - start);
+            segment.pos = pos + start;
+            segment.block_table = table.blocks.data();
+            segment.all_logits = all_logits;
+            if (all_logits) segment.logits = logits + int64_t(start) * config_.n_vocab;
+            else if (start + segment.n == n_tokens) segment.logits = logits;
+            forward_batch(&segment, 1);
         }
+    }
+
+    void forward_sequences(const SequenceInput* inputs, size_t n_inputs) override {
+        for (size_t i = 0; i < n_inputs; i++)
+            check_forward(inputs[i].tokens, inputs[i].n_tokens, inputs[i].pos, *inputs[i].table);
+        // Consecutive sequences share a batch while their rows fit; one longer than a batch runs alone.
+        std::vector<Segment> batch;
+        int32_t n_rows = 0;
+        auto flush = [&] {
+            if (!batch.empty()) forward_batch(batch.data(), batch.size());
+            batch.clear();
+            n_rows = 0;
+        };
+        for (size_t i = 0; i < n_inputs; i++) {
+            const SequenceInput& in = inputs[i];
+            if (in.n_tokens > max_batch_) {
+                flush();
+                forward(in.tokens, in.n_tokens, in.pos, *in.table, in.logits, in.all_logits);
+                continue;
+            }
+            if (n_rows + in.n_tokens > max_batch_) flush();
+            batch.push_back(Segment{in.tokens, in.n_tokens, in.pos, in.table->blocks.data(), in.logits, in.all_logits});
+            n_rows += in.n_tokens;
+        }
+        flush();
     }
 
 private:
@@ -136,18 +166,35 @@ private:
         check_forward_args("cpu backend", config_, layout_.block_size, n_kv_blocks_, tokens, n_tokens, pos, table);
     }
 
-    // Runs n <= max_batch_ tokens; logits (if not null) get the last token's, or all n with all_logits.
-    void forward_batch(const int32_t* tokens, int32_t n, int32_t pos, const int32_t* block_table, float* logits,
-                       bool all_logits) {
+    // One sequence's rows in a batch (forward_batch): tokens at positions pos.., K/V through block_table.
+    struct Segment {
+        const int32_t* tokens = nullptr;
+        int32_t n = 0;
+        int32_t pos = 0;
+        const int32_t* block_table = nullptr;
+        float* logits = nullptr;  // the last row's [n_vocab], or all n rows' with all_logits; null: none
+        bool all_logits = false;
+    };
+
+    // Runs the segments' rows (together <= max_batch_) through the model: every matmul once over all rows,
+    // the KV write and attention per segment. Each row's result is the same bits in any batch.
+    void forward_batch(const Segment* segments, size_t n_segments) {
         const ModelConfig& c = config_;
         const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim, kv_dim = int32_t(layout_.row_elements());
         ThreadPool* pool = &pool_;
-        for (int32_t t = 0; t < n; t++) positions_[size_t(t)] = pos + t;
+        int32_t n = 0;
+        for (size_t s = 0; s < n_segments; s++) {
+            const Segment& segment = segments[s];
+            std::copy_n(segment.tokens, segment.n, tokens_.data() + n);
+            for (int32_t t = 0; t < segment.n; t++) positions_[size_t(n + t)] = segment.pos + t;
+            n += segment.n;
+        }
+        KVLM_ASSERT(n <= max_batch_, "cpu backend: batch larger than its scratch");
         float *x = x_.data(), *h = h_.data(), *tmp = tmp_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data();
         float *att = att_.data(), *gate = gate_.data(), *up = up_.data();
         const int32_t* positions = positions_.data();
 
-        embed_cpu(x, tokens, weights_.token_embd.data, weights_.token_embd.dtype, n, dim);
+        embed_cpu(x, tokens_.data(), weights_.token_embd.data, weights_.token_embd.dtype, n, dim);
         // Weight shapes were checked against the config: w is [rows, cols].
         auto matmul = [&](float* out, const float* in, const TensorView& w) {
             matmul_cpu(out, in, w.data, w.dtype, n, w.shape[1], w.shape[0], pool);
@@ -176,8 +223,13 @@ private:
             }
             rope_cpu(q, positions, inv_freq_.data(), n, c.n_heads, c.head_dim);
             rope_cpu(k, positions, inv_freq_.data(), n, c.n_kv_heads, c.head_dim);
-            kv_write_cpu(kv_, layout_, layer, k, v, block_table, positions, n);
-            paged_attention_cpu(att, q, kv_, layout_, layer, block_table, positions, n, c.n_heads, pool);
+            for (size_t s = 0, row = 0; s < n_segments; row += size_t(segments[s].n), s++) {
+                const Segment& segment = segments[s];
+                kv_write_cpu(kv_, layout_, layer, k + row * kv_dim, v + row * kv_dim, segment.block_table,
+                             positions + row, segment.n);
+                paged_attention_cpu(att + row * q_dim, q + row * q_dim, kv_, layout_, layer, segment.block_table,
+                                    positions + row, segment.n, c.n_heads, pool);
+            }
             matmul(tmp, att, lw.attn_output);
             add_cpu(x, tmp, int64_t(n) * dim);
 
@@ -190,16 +242,37 @@ private:
             matmul(tmp, gate, lw.ffn_down);
             add_cpu(x, tmp, int64_t(n) * dim);
         }
-        if (!logits) return;
+        // Logits: all rows of an all_logits segment straight into its buffer; the last rows of the others
+        // gathered, so that the output matrix is streamed once for all of them.
         const TensorView& out_w = weights_.output;
-        if (all_logits) {
-            rmsnorm(h, x, weights_.output_norm);
-            matmul_cpu(logits, h, out_w.data, out_w.dtype, n, dim, c.n_vocab, pool);
-        } else {
-            rmsnorm_cpu(h, x + int64_t(n - 1) * dim, static_cast<const float*>(weights_.output_norm.data), 1, dim,
-                        c.norm_eps);
-            matmul_cpu(logits, h, out_w.data, out_w.dtype, 1, dim, c.n_vocab, pool);
+        const float* norm_w = static_cast<const float*>(weights_.output_norm.data);
+        int32_t n_last = 0;
+        for (size_t s = 0, row = 0; s < n_segments; row += size_t(segments[s].n), s++) {
+            const Segment& segment = segments[s];
+            if (!segment.logits) continue;
+            if (segment.all_logits) {
+                rmsnorm_cpu(h, x + row * dim, norm_w, segment.n, dim, c.norm_eps);
+                matmul_cpu(segment.logits, h, out_w.data, out_w.dtype, segment.n, dim, c.n_vocab, pool);
+            } else {
+                rmsnorm_cpu(tmp + int64_t(n_last) * dim, x + (row + size_t(segment.n) - 1) * dim, norm_w, 1, dim,
+                            c.norm_eps);
+                n_last++;
+            }
         }
+        if (n_last == 0) return;
+        float* out = nullptr;
+        if (n_last == 1) {
+            for (size_t s = 0; s < n_segments; s++)
+                if (segments[s].logits && !segments[s].all_logits) out = segments[s].logits;
+        } else {
+            last_logits_.resize(size_t(n_last) * size_t(c.n_vocab));
+            out = last_logits_.data();
+        }
+        matmul_cpu(out, tmp, out_w.data, out_w.dtype, n_last, dim, c.n_vocab, pool);
+        if (n_last == 1) return;
+        for (size_t s = 0, i = 0; s < n_segments; s++)
+            if (segments[s].logits && !segments[s].all_logits)
+                std::copy_n(last_logits_.data() + (i++) * size_t(c.n_vocab), c.n_vocab, segments[s].logits);
     }
 
     ModelConfig config_;
@@ -214,7 +287,8 @@ private:
     // Scratch for one batch: x/h/tmp [max_batch, n_embd], q/att [max_batch, n_heads*head_dim],
     // k/v [max_batch, n_kv_heads*head_dim], gate/up [max_batch, n_ff].
     ZeroedFloats x_, h_, tmp_, q_, att_, k_, v_, gate_, up_;
-    std::vector<int32_t> positions_;  // [max_batch]
+    std::vector<int32_t> positions_, tokens_;  // [max_batch]
+    std::vector<float> last_logits_;  // [sequences in a batch, n_vocab]: their last rows' logits
     std::string name_;
 };
 

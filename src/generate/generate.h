@@ -81,6 +81,18 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
                         const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr,
                         const SpecOptions* spec = nullptr);
 
+// decode() of several sequences side by side (--samples: forks of one prompt, one sampler each), without
+// speculation: each step runs every sequence still going through one Backend::forward_sequences, so the
+// weights are streamed once per step for all of them. Sequence i gets exactly decode()'s tokens, logits
+// hash and stop with samplers[i] (needs backend.multi_token_forward_is_exact(): the CPU backend). on_text
+// gets the sequence's index. The pool must hold all of them at once (a full pool stops a sequence with
+// "KV cache full", as in decode()).
+using SampleTextCallback = std::function<void(size_t sequence, const std::string& text)>;
+std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<Sequence*>& seqs,
+                                             const std::vector<float>& logits, int32_t n_predict,
+                                             const std::vector<Sampler*>& samplers, const SampleTextCallback& on_text,
+                                             const std::atomic<bool>* cancel = nullptr);
+
 // prefill + decode. The caller releases seq (engine.prefix_cache().release(seq)) when done with it.
 GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,
                           Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr,

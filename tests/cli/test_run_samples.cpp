@@ -1,6 +1,7 @@
 // `kvlm run --samples N` through the real binary on stories260K: N completions separated by the
-// documented "\n--- sample i ---\n" line, sample 1 equal to a plain run with the same seed, greedy samples
-// all equal, and --verbose showing the prompt prefilled once and reused by the other samples.
+// documented "\n--- sample i ---\n" line, sample i equal to a plain run seeded seed + i - 1 (the samples
+// decode side by side), greedy samples all equal, and --verbose showing the prompt prefilled once and
+// reused by the other samples.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -67,6 +68,11 @@ TEST_CASE("run --samples: N completions of one prefilled prompt, the first equal
     seed43[seed43.size() - 3] = "43";
     seed43.push_back("-q");
     CHECK(samples[1] == run(seed43).out);
+    // The samples decode side by side (one forward per step for all, cli/run.cpp samples_together), each
+    // exactly as alone: sample 3 is a plain run with seed 44.
+    std::vector<std::string> seed44 = seed43;
+    seed44[seed44.size() - 4] = "44";
+    CHECK(samples[2] == run(seed44).out);
 
     // Prefilled once, reused by the others.
     CHECK_MESSAGE(count(three.err, " prefilled in") == 3, three.err);

@@ -266,6 +266,65 @@ TEST_CASE("cpu_backend: f16/bf16 KV caches are deterministic and close to f32") 
     }
 }
 
+TEST_CASE("cpu_backend: forward_sequences gives every sequence the bits of forward() of it alone") {
+    for (const Variant& v : kVariants) {
+        CAPTURE(v.name);
+        auto m = variant_model(v);
+        const int32_t n_vocab = m->config.n_vocab, block_size = 8;
+        BackendOptions options;
+        options.block_size = block_size;
+        options.n_threads = 2;
+        options.n_kv_blocks = 64;
+        // Three sequences in their own blocks: a prompt of 13 tokens so far with 1 new (decode), one of 5
+        // with 4 new and all logits, one of 0 with 20 new (a prefill).
+        struct Seq {
+            std::vector<int32_t> tokens;
+            int32_t n_done;
+            bool all_logits;
+        };
+        const std::vector<Seq> seqs = {{random_tokens(14, n_vocab, 1), 13, false},
+                                       {random_tokens(9, n_vocab, 2), 5, true},
+                                       {random_tokens(20, n_vocab, 3), 0, false}};
+        auto run = [&](bool together) {
+            auto backend = make_cpu_backend(m->config, m->weights, options);
+            std::vector<BlockTable> tables(seqs.size());
+            std::vector<std::vector<float>> logits(seqs.size());
+            for (size_t i = 0; i < seqs.size(); i++) {
+                for (int32_t b = 0; b < 3; b++) tables[i].blocks.push_back(int32_t(40 - 10 * i - b));  // shuffled
+                const Seq& s = seqs[i];
+                if (s.n_done > 0) {
+                    std::vector<float> ignored(static_cast<size_t>(n_vocab), 0.0f);
+                    backend->forward(s.tokens.data(), s.n_done, 0, tables[i], ignored.data());
+                }
+                const int32_t n_new = int32_t(s.tokens.size()) - s.n_done;
+                logits[i].resize(size_t(s.all_logits ? n_new : 1) * size_t(n_vocab));
+            }
+            std::vector<Backend::SequenceInput> inputs;
+            for (size_t i = 0; i < seqs.size(); i++) {
+                const Seq& s = seqs[i];
+                Backend::SequenceInput in;
+                in.tokens = s.tokens.data() + s.n_done;
+                in.n_tokens = int32_t(s.tokens.size()) - s.n_done;
+                in.pos = s.n_done;
+                in.table = &tables[i];
+                in.logits = logits[i].data();
+                in.all_logits = s.all_logits;
+                inputs.push_back(in);
+            }
+            if (together) backend->forward_sequences(inputs.data(), inputs.size());
+            else
+                for (const Backend::SequenceInput& in : inputs)
+                    backend->forward(in.tokens, in.n_tokens, in.pos, *in.table, in.logits, in.all_logits);
+            return logits;
+        };
+        const auto alone = run(false), together = run(true);
+        for (size_t i = 0; i < seqs.size(); i++) {
+            CAPTURE(i);
+            CHECK(same_bits(alone[i], together[i]));
+        }
+    }
+}
+
 TEST_CASE("cpu_backend: prompts longer than one batch go through in chunks with identical results") {
     auto m = variant_model(kVariants[0]);
     const int32_t n = kCpuMaxBatch + 77;
