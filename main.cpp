@@ -143,6 +143,14 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--spec-max", run.spec.max_drafted, "Draft tokens per verify forward (with --spec)")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
+    run_cmd->add_option("--beams", run.n_beams,
+                        "Beam search with N beams, as Hugging Face's num_beams (deterministic; the best "
+                        "hypothesis is printed at the end)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    run_cmd->add_option("--length-penalty", run.length_penalty,
+                        "With --beams: a hypothesis scores its log-probability / length^P (> 0 favours longer ones)")
+        ->capture_default_str();
     run_cmd->add_option("--draft-model", run.draft_model,
                         "With --spec draft: a smaller .kvlm model with the same vocabulary that drafts the tokens");
     add_sampling_flags(run_cmd, run.sampling_flags, &run_seed);

@@ -111,6 +111,8 @@ struct RunOptions {
     std::string spec_mode = "off";  // --spec, parsed into spec by cmd_run
     SpecOptions spec;               // --spec, --spec-max (generate/speculative.h)
     std::string draft_model;        // --draft-model, with --spec draft
+    int32_t n_beams = 1;            // --beams: beam search (generate/beam_search.h) when > 1
+    float length_penalty = 1.0f;    // --length-penalty, with --beams
 };
 int cmd_run(const RunOptions& options);
 

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -13,6 +14,7 @@
 #include "chat/chat_session.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "generate/beam_search.h"
 #include "generate/generate.h"
 #include "util/error.h"
 #include "util/interrupt.h"
@@ -242,6 +244,75 @@ int run_with_session(Engine& engine, const RunOptions& options, const std::strin
 
 }  // namespace
 
+// --beams refuses what it cannot honour, naming it, before the model loads.
+void check_beam_options(const RunOptions& options, const SpecOptions& spec) {
+    if (options.n_beams < 1) throw_error("--beams: {} is not valid (need at least 1)", options.n_beams);
+    if (options.n_beams == 1) {
+        if (options.length_penalty != 1.0f) throw_error("--length-penalty is only used with --beams 2 or more");
+        return;
+    }
+    if (options.n_predict < 0)
+        throw_error("--beams needs -n N: the token limit bounds the KV memory the {} beams hold at once",
+                    options.n_beams);
+    if (!std::isfinite(options.length_penalty))
+        throw_error("--length-penalty: {} is not a finite number", options.length_penalty);
+    const char* other = !options.session.name.empty() ? "--session"
+                        : options.chat                ? "--chat"
+                        : options.n_samples > 1       ? "--samples"
+                        : spec.mode != SpecOptions::Mode::off ? "--spec"
+                                                              : nullptr;
+    if (other) throw_error("--beams cannot be combined with {} (not supported yet)", other);
+    SamplingSettings sampling = options.sampling_flags;
+    if (sampling.temperature && *sampling.temperature == 0) sampling.temperature.reset();  // greedy beams anyway
+    if (!sampling.empty())
+        throw_error("--beams is deterministic (the likeliest hypotheses, as Hugging Face's num_beams without "
+                    "sampling): drop the sampling flags ({})",
+                    sampling.to_string());
+}
+
+// Beam search over the prompt; prints the best hypothesis's text at the end (a beam's lead can change until
+// then), and with -v the steps and what the shared KV blocks saved.
+int run_beams(Engine& engine, const RunOptions& options, const std::vector<int32_t>& prompt_ids) {
+    if (!engine.backend().multi_token_forward_is_exact())
+        throw_error("--beams runs on the CPU backend only for now: {} has no batch-invariant forward of several "
+                    "sequences yet (use --device cpu)",
+                    engine.backend().name());
+    Sequence seq;
+    Prefill prompt = prefill(engine, seq, prompt_ids);
+    BeamOptions beam_options;
+    beam_options.n_beams = options.n_beams;
+    beam_options.length_penalty = options.length_penalty;
+    beam_options.n_predict = options.n_predict;
+    BeamResult beams = beam_search(engine, seq, prompt.logits, beam_options);
+    const Tokenizer& tokenizer = engine.tokenizer();
+    Utf8StreamDecoder decoder;
+    std::string text;
+    // As decode(): SentencePiece's dummy prefix space is dropped when the text starts right after BOS.
+    bool strip_space = tokenizer.data().type == "spm" && tokenizer.data().add_space_prefix &&
+                       !prompt_ids.empty() && prompt_ids.back() == tokenizer.bos_id();
+    for (int32_t token : beams.tokens) {
+        if (tokenizer.is_end_of_generation(token)) continue;
+        std::string bytes = tokenizer.decode_token(token);
+        if (strip_space && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
+        strip_space = false;
+        text += decoder.push(bytes);
+    }
+    text += decoder.flush();
+    if (!text.empty()) write_stdout(text);
+    if (!text.empty() && text.back() != '\n' && isatty(STDOUT_FILENO)) write_stdout("\n");
+    if (options.verbose)
+        std::fprintf(stderr,
+                     "kvlm: beam search: %d beams, %d steps in %.3f s (%.1f beam tokens/s) | best hypothesis %zu "
+                     "tokens, score %.4f | KV blocks: %d at most, %d for %d separate caches | stop: %s\n",
+                     options.n_beams, beams.n_steps, beams.seconds,
+                     beams.seconds > 0 ? double(beams.n_steps) * options.n_beams / beams.seconds : 0.0,
+                     beams.tokens.size(), beams.score, beams.peak_blocks, beams.independent_blocks, options.n_beams,
+                     beams.stop_reason.c_str());
+    else if (!options.quiet && beams.stop_reason == "context full")
+        std::fprintf(stderr, "kvlm: beam search stopped at the context's end (%d tokens)\n", engine.n_ctx());
+    return 0;
+}
+
 std::unique_ptr<DraftModel> load_draft_model(const std::string& path, SpecOptions* spec, const Engine& target,
                                              const EngineOptions& target_options) {
     const bool draft_mode = spec->mode == SpecOptions::Mode::draft;
@@ -267,6 +338,7 @@ int cmd_run(const RunOptions& options) {
     if (options.n_samples < 1) throw_error("--samples: {} is not valid (need at least 1)", options.n_samples);
     SpecOptions spec = options.spec;
     parse_spec_mode(options.spec_mode, &spec);
+    check_beam_options(options, spec);
     check_sampling_settings(options.sampling_flags);
     std::string prompt = read_prompt(options);
 
@@ -275,6 +347,10 @@ int cmd_run(const RunOptions& options) {
     // decoded together (samples_together) hold their blocks at once: each past the first needs room for its
     // -n tokens and its copy of that block.
     engine_options.n_spare_blocks = options.n_samples > 1 ? 1 : 0;
+    // Beams hold their blocks at once too: each past the first, room for its -n tokens and a copied block.
+    if (options.n_beams > 1)
+        engine_options.n_spare_blocks =
+            (options.n_beams - 1) * ((options.n_predict + engine_options.block_size - 1) / engine_options.block_size + 1) + 1;
     if (options.n_samples > 1 && options.n_predict >= 0)
         engine_options.n_spare_blocks +=
             (options.n_samples - 1) * ((options.n_predict + engine_options.block_size - 1) / engine_options.block_size + 1);
@@ -295,6 +371,7 @@ int cmd_run(const RunOptions& options) {
     }
     double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
     if (!options.session.name.empty()) return run_with_session(engine, resolved, prompt, prompt_ids, setup_seconds);
+    if (options.n_beams > 1) return run_beams(engine, resolved, prompt_ids);
     run_samples(engine, resolved, prompt_ids, setup_seconds);
     return 0;
 }

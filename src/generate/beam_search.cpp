@@ -1,0 +1,194 @@
+#include "generate/beam_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "util/error.h"
+
+namespace kvlm {
+
+namespace {
+
+// log_softmax in float as torch computes it: x - max - log(sum(exp(x - max))).
+void log_softmax(const float* logits, int32_t n, float* out) {
+    const float max = *std::max_element(logits, logits + n);
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += std::exp(double(logits[i] - max));
+    const float log_sum = float(std::log(sum));
+    for (int32_t i = 0; i < n; i++) out[i] = logits[i] - max - log_sum;
+}
+
+struct Hypothesis {
+    double score;
+    std::vector<int32_t> tokens;  // new tokens, its end-of-generation token (if any) last
+    bool ended;
+};
+
+// BeamHypotheses: the n best finished hypotheses and the worst score among them.
+class Hypotheses {
+public:
+    Hypotheses(int32_t n_beams, float length_penalty) : n_beams_(n_beams), length_penalty_(length_penalty) {}
+    void add(std::vector<int32_t> tokens, double sum_logprobs, int32_t generated_len, bool ended) {
+        const double score = sum_logprobs / std::pow(double(generated_len), double(length_penalty_));
+        if (int32_t(kept_.size()) < n_beams_ || score > worst_) {
+            kept_.push_back({score, std::move(tokens), ended});
+            if (int32_t(kept_.size()) > n_beams_) {
+                auto worst = std::min_element(kept_.begin(), kept_.end(),
+                                              [](const Hypothesis& a, const Hypothesis& b) { return a.score < b.score; });
+                kept_.erase(worst);
+            }
+            worst_ = std::min_element(kept_.begin(), kept_.end(), [](const Hypothesis& a, const Hypothesis& b) {
+                         return a.score < b.score;
+                     })->score;
+        }
+    }
+    // early_stopping=False: done once no running beam, at its best, could beat the worst kept hypothesis.
+    bool done(double best_sum_logprobs, int32_t cur_len) const {
+        if (int32_t(kept_.size()) < n_beams_) return false;
+        return worst_ >= best_sum_logprobs / std::pow(double(cur_len), double(length_penalty_));
+    }
+    const Hypothesis& best() const {
+        return *std::max_element(kept_.begin(), kept_.end(),
+                                 [](const Hypothesis& a, const Hypothesis& b) { return a.score < b.score; });
+    }
+
+private:
+    int32_t n_beams_;
+    float length_penalty_;
+    std::vector<Hypothesis> kept_;
+    double worst_ = 1e9;
+};
+
+struct Beam {
+    Sequence seq;                 // prompt + new tokens, all with K/V
+    std::vector<int32_t> tokens;  // the new tokens
+    float score = 0;              // sum of log-probabilities (float, as HF keeps beam_scores)
+};
+
+}  // namespace
+
+BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<float>& logits,
+                       const BeamOptions& options) {
+    const auto start = std::chrono::steady_clock::now();
+    PrefixCache& cache = engine.prefix_cache();
+    Backend& backend = engine.backend();
+    const Tokenizer& tokenizer = engine.tokenizer();
+    const int32_t n_vocab = engine.model().config().n_vocab, n_beams = options.n_beams;
+    const int32_t block_size = engine.pool().block_size();
+    KVLM_ASSERT(n_beams >= 1 && int32_t(logits.size()) == n_vocab, "beam search arguments");
+    KVLM_ASSERT(backend.multi_token_forward_is_exact(), "beam search needs a batch-invariant backend");
+    const int32_t prompt_len = int32_t(prompt_seq.tokens.size());
+    const int32_t max_new = options.n_predict >= 0 ? options.n_predict : engine.n_ctx() - prompt_len;
+
+    BeamResult result;
+    if (max_new <= 0) {
+        cache.release(prompt_seq);
+        result.stop_reason = "token limit";
+        return result;
+    }
+    Hypotheses hypotheses(n_beams, options.length_penalty);
+    // As HF: every beam starts as the prompt, all but the first at -1e9 so the first step draws from one.
+    std::vector<Beam> beams(static_cast<size_t>(n_beams));
+    for (int32_t b = 0; b < n_beams; b++) {
+        beams[size_t(b)].seq = b + 1 < n_beams ? cache.fork(prompt_seq) : std::move(prompt_seq);
+        beams[size_t(b)].score = b == 0 ? 0.0f : -1e9f;
+    }
+    std::vector<std::vector<float>> beam_logits(size_t(n_beams), logits);
+    std::vector<float> scores(size_t(n_beams) * size_t(n_vocab));
+    std::vector<int32_t> order(scores.size());
+    const int32_t n_keep = 2 * n_beams;
+    bool done = false;
+    auto release_all = [&](std::vector<Beam>& list) {
+        for (Beam& beam : list) cache.release(beam.seq);
+    };
+    try {
+        for (int32_t step = 0; !done; step++) {
+            const int32_t cur_len = step + 1;  // new tokens once this step's is appended (HF: cur_len - prompt)
+            for (int32_t b = 0; b < n_beams; b++) {
+                float* row = scores.data() + size_t(b) * size_t(n_vocab);
+                log_softmax(beam_logits[size_t(b)].data(), n_vocab, row);
+                for (int32_t t = 0; t < n_vocab; t++) row[t] += beams[size_t(b)].score;
+            }
+            // The 2N best (beam, token) pairs, best first; equal scores in index order.
+            std::iota(order.begin(), order.end(), 0);
+            std::partial_sort(order.begin(), order.begin() + n_keep, order.end(), [&](int32_t a, int32_t b) {
+                return scores[size_t(a)] > scores[size_t(b)] || (scores[size_t(a)] == scores[size_t(b)] && a < b);
+            });
+            std::vector<Beam> next;
+            std::vector<int32_t> next_tokens;
+            for (int32_t rank = 0; rank < n_keep && int32_t(next.size()) < n_beams; rank++) {
+                const int32_t index = order[size_t(rank)], parent = index / n_vocab, token = index % n_vocab;
+                const float score = scores[size_t(index)];
+                const Beam& from = beams[size_t(parent)];
+                if (tokenizer.is_end_of_generation(token)) {
+                    if (rank >= n_beams) continue;  // not among the top N: not a hypothesis
+                    std::vector<int32_t> tokens = from.tokens;
+                    tokens.push_back(token);
+                    hypotheses.add(std::move(tokens), score, cur_len, true);
+                    continue;
+                }
+                Beam child;
+                child.seq = cache.fork(from.seq);
+                child.tokens = from.tokens;
+                child.tokens.push_back(token);
+                child.score = score;
+                next.push_back(std::move(child));
+                next_tokens.push_back(token);
+            }
+            KVLM_ASSERT(int32_t(next.size()) == n_beams, "beam search: fewer candidates than beams");
+            done = hypotheses.done(scores[size_t(order[0])], cur_len);
+            release_all(beams);
+            beams = std::move(next);
+            if (done) break;
+            if (cur_len >= max_new) {
+                result.stop_reason = "token limit";
+                break;
+            }
+            if (beams[0].seq.table.n_tokens + 1 > engine.n_ctx()) {
+                result.stop_reason = "context full";
+                break;
+            }
+            // Every beam's new token through the model in one call; a shared last block is copied first.
+            std::vector<Backend::SequenceInput> inputs(static_cast<size_t>(n_beams));
+            for (int32_t b = 0; b < n_beams; b++) {
+                Beam& beam = beams[size_t(b)];
+                cache.reserve(beam.seq, beam.seq.table.n_tokens + 1);
+                beam.seq.tokens.push_back(next_tokens[size_t(b)]);
+                Backend::SequenceInput& in = inputs[size_t(b)];
+                in.tokens = &beam.seq.tokens.back();
+                in.n_tokens = 1;
+                in.pos = beam.seq.table.n_tokens;
+                in.table = &beam.seq.table;
+                in.logits = beam_logits[size_t(b)].data();
+            }
+            result.peak_blocks = std::max(result.peak_blocks, engine.pool().n_used());
+            backend.forward_sequences(inputs.data(), inputs.size());
+            result.n_steps++;
+            for (Beam& beam : beams) {
+                beam.seq.table.n_tokens += 1;
+                cache.commit(beam.seq);
+            }
+        }
+    } catch (...) {
+        release_all(beams);
+        throw;
+    }
+    // Running beams become hypotheses too unless the search ended by the rule above.
+    if (!done)
+        for (Beam& beam : beams)
+            hypotheses.add(beam.tokens, beam.score, int32_t(beam.tokens.size()), false);
+    const int32_t longest = prompt_len + int32_t(beams[0].tokens.size());
+    result.independent_blocks = n_beams * ((longest + block_size - 1) / block_size);
+    release_all(beams);
+    const Hypothesis& best = hypotheses.best();
+    result.tokens = best.tokens;
+    result.score = best.score;
+    if (best.ended) result.stop_reason = "end of generation";
+    else if (result.stop_reason.empty()) result.stop_reason = "token limit";
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+}
+
+}  // namespace kvlm
