@@ -317,10 +317,7 @@ int cmd_chat(const ChatOptions& options) {
     resolved.sampling = resolve_run_sampling(engine, options.sampling_flags, options.sampling.seed, options.verbose);
     ChatSession chat(engine, chat_template_for_session(engine, options.chat_template, options.session), system);
     chat.set_plain_message_text(options.no_special);
-    if (resolved.spec.mode != SpecOptions::Mode::off && !engine.backend().multi_token_forward_is_exact())
-        throw_error("--spec runs on the CPU backend only for now: a forward of several tokens on {} does not give the "
-                    "bits of its one-token steps, so speculation could change the answers (use --device cpu)",
-                    engine.backend().name());
+    if (resolved.spec.mode != SpecOptions::Mode::off) check_speculation_backend(engine);  // before the first answer
     const std::unique_ptr<DraftModel> draft_model =
         load_draft_model(options.draft_model, &resolved.spec, engine, engine_options);
     chat.set_speculation(resolved.spec);

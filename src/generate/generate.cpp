@@ -66,6 +66,13 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
     return result;
 }
 
+void check_speculation_backend(Engine& engine) {
+    if (!engine.backend().multi_token_forward_is_exact())
+        throw_error("--spec runs on the CPU backend only for now: a forward of several tokens on {} does not give "
+                    "the bits of its one-token steps, so speculation could change the output (use --device cpu)",
+                    engine.backend().name());
+}
+
 GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict, Sampler& sampler,
                         const TextCallback& on_text, const std::atomic<bool>* cancel, const SpecOptions* spec) {
     PrefixCache& cache = engine.prefix_cache();
@@ -95,10 +102,7 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     // follows drafts[i]. drafts[next] is the token it expects next.
     const bool speculate = spec && spec->mode != SpecOptions::Mode::off;
     KVLM_ASSERT(!speculate || spec->mode != SpecOptions::Mode::draft || spec->drafter, "--spec draft needs a drafter");
-    if (speculate && !engine.backend().multi_token_forward_is_exact())
-        throw_error("--spec runs on the CPU backend only for now: a forward of several tokens on {} does not give "
-                    "the bits of its one-token steps, so speculation could change the output (use --device cpu)",
-                    engine.backend().name());
+    if (speculate) check_speculation_backend(engine);
     struct Ahead {
         std::vector<int32_t> drafts;
         std::vector<float> logits;  // [drafts.size()][n_vocab]

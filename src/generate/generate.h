@@ -75,8 +75,13 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
 // (repetition penalty, BOS handling) is seq.tokens. n_predict < 0: until end of generation or a full
 // context. Fills every field except the prompt counts and prefill_seconds. `cancel` (may be null) is
 // polled after each token: once set, generation stops with the last sampled token pending. With `spec`
-// (mode lookup; the CPU backend), a step may run a draft with its token and keep what the sampler confirms:
-// the same tokens as without it, and no K/V of an unconfirmed token ever reaches the prefix cache or seq.
+// (lookup, or draft with its drafter; the CPU backend), a step may run a draft with its token and keep what
+// the sampler confirms: the same tokens as without it, and no K/V of an unconfirmed token ever reaches the
+// prefix cache or seq.
+// Throws Error, naming the backend, where speculation could change the output (a multi-token forward that
+// does not give the bits of one-token steps).
+void check_speculation_backend(Engine& engine);
+
 GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict, Sampler& sampler,
                         const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr,
                         const SpecOptions* spec = nullptr);
