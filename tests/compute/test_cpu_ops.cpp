@@ -179,7 +179,8 @@ float canonical_quantized_dot(const uint8_t* w_raw, DType dtype, const float* x,
 TEST_CASE("cpu_ops: quantized matmul follows the canonical order on every path and is close to exact") {
     ThreadPool pool3(3);
     struct Shape { int64_t n, n_in, n_out; };
-    const Shape shapes[] = {{1, 32, 1}, {1, 64, 5}, {3, 96, 17}, {5, 576, 9}, {37, 160, 45}, {2, 1536, 7}, {6, 64, 72}};
+    const Shape shapes[] = {{1, 32, 1},    {1, 64, 5},  {3, 96, 17},   {5, 576, 9},
+                            {37, 160, 45}, {2, 1536, 7}, {4, 160, 13}, {6, 64, 72}};
     uint64_t seed = 100;
     for (DType dtype : {DType::q8_0, DType::q4_0, DType::q4_1}) {
         for (const Shape& s : shapes) {
