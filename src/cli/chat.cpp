@@ -46,6 +46,7 @@ const char* kHelp =
 struct Totals {
     int32_t n_answers = 0;
     int64_t n_reused = 0, n_restored = 0, n_prefilled = 0, n_generated = 0;
+    int64_t n_drafted = 0, n_accepted = 0;  // --spec
     double prefill_seconds = 0, decode_seconds = 0;
 };
 
@@ -246,6 +247,8 @@ private:
         totals_.n_restored += result.n_restored;
         totals_.n_prefilled += result.n_prefilled;
         totals_.n_generated += int64_t(result.generated.size());
+        totals_.n_drafted += result.n_drafted;
+        totals_.n_accepted += result.n_accepted;
         totals_.prefill_seconds += result.prefill_seconds;
         totals_.decode_seconds += result.decode_seconds;
         if (result.stop_reason == "interrupted") info("(stopped)");
@@ -267,7 +270,13 @@ private:
                              "prefilled | generated {} tokens, {:.1f} tok/s",
                              totals_.n_answers, totals_.n_reused, totals_.n_restored, totals_.n_prefilled,
                              totals_.n_generated,
-                             totals_.decode_seconds > 0 ? totals_.n_generated / totals_.decode_seconds : 0.0));
+                             totals_.decode_seconds > 0 ? totals_.n_generated / totals_.decode_seconds : 0.0) +
+                 (options_.spec.mode != SpecOptions::Mode::off
+                      ? fmt::format(" | speculation: {} tokens drafted, {} accepted ({:.0f}%)", totals_.n_drafted,
+                                    totals_.n_accepted,
+                                    totals_.n_drafted > 0 ? 100.0 * double(totals_.n_accepted) / double(totals_.n_drafted)
+                                                          : 0.0)
+                      : ""));
         }
         info(fmt::format("conversation: {} messages, {} tokens of a {}-token context | KV blocks {} used, {} free "
                          "(block size {})",

@@ -155,11 +155,12 @@ TEST_CASE("speculative: chat sessions and kvlm chat answer the same with --spec 
     std::vector<std::string> chat = {"chat", "-m", model, "--chat-template", "chatml", "-n", "60", "--temp", "0"};
     CliResult plain = run_kvlm(chat, messages);
     chat.insert(chat.end(), {"--spec", "lookup", "--spec-max", "4", "-v"});
-    CliResult fast = run_kvlm(chat, messages);
+    CliResult fast = run_kvlm(chat, messages + "/stats\n");
     REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
     REQUIRE_MESSAGE(fast.exit_code == 0, fast.err);
     CHECK(fast.out == plain.out);
     CHECK_MESSAGE(contains(fast.err, "| speculation: "), fast.err);
+    CHECK_MESSAGE(contains(fast.err, "accepted ("), fast.err);  // /stats: the conversation's totals and rate
     CliResult bad = run_kvlm({"chat", "-m", model, "--chat-template", "chatml", "--spec", "sometimes"}, messages);
     CHECK(bad.exit_code != 0);
     CHECK_MESSAGE(contains(bad.err, "--spec: unknown mode 'sometimes'"), bad.err);
