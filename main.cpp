@@ -58,6 +58,20 @@ static void add_engine_flags(CLI::App* app, EngineFlags& e, bool context_flags) 
 }
 
 // --session and its store. The help texts differ: run saves once at the end, chat after every answer.
+// --spec, --spec-max and --draft-model (run and chat).
+static void add_spec_flags(CLI::App* app, std::string* mode, kvlm::SpecOptions* spec, std::string* draft_model) {
+    app->add_option("--spec", *mode,
+                    "Speculative decoding: lookup drafts the tokens that followed the last few tokens' latest "
+                    "earlier occurrence, draft has --draft-model propose them; either way they are verified in "
+                    "one forward (same output; faster where the drafts are right)")
+        ->capture_default_str();
+    app->add_option("--spec-max", spec->max_drafted, "Draft tokens per verify forward (with --spec)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    app->add_option("--draft-model", *draft_model,
+                    "With --spec draft: a smaller .kvlm model with the same vocabulary that drafts the tokens");
+}
+
 static void add_session_flags(CLI::App* app, SessionFlags& s, const char* session_help, const char* quota_help) {
     // An empty name would otherwise mean "no session": a run the user meant to save would not be.
     app->add_option("--session", s.name, session_help)->check([](const std::string& name) {
@@ -135,14 +149,7 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--samples", run.n_samples,
                         "Completions of the same prompt, prefilled once (sample i seeded seed+i-1)")
         ->capture_default_str();
-    run_cmd->add_option("--spec", run.spec_mode,
-                        "Speculative decoding: lookup drafts the tokens that followed the last few tokens' latest "
-                        "earlier occurrence, draft has --draft-model propose them; either way they are verified in "
-                        "one forward (same output; faster where the drafts are right)")
-        ->capture_default_str();
-    run_cmd->add_option("--spec-max", run.spec.max_drafted, "Draft tokens per verify forward (with --spec)")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 64));
+    add_spec_flags(run_cmd, &run.spec_mode, &run.spec, &run.draft_model);
     run_cmd->add_option("--beams", run.n_beams,
                         "Beam search with N beams, as Hugging Face's num_beams (deterministic; the best "
                         "hypothesis is printed at the end)")
@@ -151,8 +158,6 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--length-penalty", run.length_penalty,
                         "With --beams: a hypothesis scores its log-probability / length^P (> 0 favours longer ones)")
         ->capture_default_str();
-    run_cmd->add_option("--draft-model", run.draft_model,
-                        "With --spec draft: a smaller .kvlm model with the same vocabulary that drafts the tokens");
     add_sampling_flags(run_cmd, run.sampling_flags, &run_seed);
     add_session_flags(run_cmd, run.session,
                       "Continue session NAME (restore its KV), then save it; with --chat the prompt is its next message",
@@ -205,15 +210,7 @@ int main(int argc, char** argv) {
     chat_cmd->add_flag("--no-history", chat.no_history,
                        "Do not keep the input history in $XDG_STATE_HOME/kvlm/chat_history (default: "
                        "~/.local/state/kvlm/chat_history)");
-    chat_cmd->add_option("--spec", chat.spec_mode,
-                         "Speculative decoding of the answers: lookup drafts from the conversation's own tokens, "
-                         "draft from --draft-model (same answers; faster where the drafts are right)")
-        ->capture_default_str();
-    chat_cmd->add_option("--spec-max", chat.spec.max_drafted, "Draft tokens per verify forward (with --spec)")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 64));
-    chat_cmd->add_option("--draft-model", chat.draft_model,
-                         "With --spec draft: a smaller .kvlm model with the same vocabulary that drafts the tokens");
+    add_spec_flags(chat_cmd, &chat.spec_mode, &chat.spec, &chat.draft_model);
     add_sampling_flags(chat_cmd, chat.sampling_flags, &chat_seed);
     add_session_flags(chat_cmd, chat.session, "Continue session NAME, saving it after every answer",
                       "Session store size cap (default 4GiB)");

@@ -85,6 +85,23 @@ void age_file(const std::string& path, int64_t seconds) {
 
 std::string parent_dir(const std::string& path) { return std::filesystem::path(path).parent_path().string(); }
 
+// A greedy run of 40 new tokens per turn, continuing session `name` in `dir`.
+RunOptions greedy_session(const std::string& dir, const std::string& name) {
+    RunOptions options;
+    options.session.name = name;
+    options.session.dir = dir;
+    options.n_predict = 40;
+    options.sampling.temperature = 0;
+    return options;
+}
+
+// The session's first turn on stories260K, "Once upon a time": 44 tokens in KV, 3 blocks at block size 16.
+void first_story_turn(const RunOptions& options, const EngineOptions& engine_options = quiet_cpu_engine()) {
+    Engine engine(stories(), engine_options);
+    run_session_turn(engine, options, "Once upon a time", engine.tokenizer().encode("Once upon a time", true, true),
+                     [](const std::string&) {});
+}
+
 }  // namespace
 
 TEST_CASE("session format: manifest round trip; truncation, bit flips and future versions are refused") {
@@ -328,16 +345,8 @@ TEST_CASE("session: 3 turns in one engine == 3 turns restored from disk (tokens,
 TEST_CASE("session: restore is transactional and never past what verifies") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     TempDir dir;
-    RunOptions options;
-    options.session.name = "s";
-    options.session.dir = dir.path();
-    options.n_predict = 40;
-    options.sampling.temperature = 0;
-    {
-        Engine engine(stories(), quiet_cpu_engine());
-        run_session_turn(engine, options, "Once upon a time", engine.tokenizer().encode("Once upon a time", true, true),
-                         [](const std::string&) {});
-    }
+    const RunOptions options = greedy_session(dir.path(), "s");
+    first_story_turn(options);
     SessionStore store(dir.path());
     SessionManifest m = store.load_manifest("s");
     REQUIRE(m.blocks.size() == 3);  // 44 tokens in KV at block size 16
@@ -382,16 +391,8 @@ TEST_CASE("session: restore is transactional and never past what verifies") {
 TEST_CASE("session: full blocks are mapped into untouched pool memory copy-on-write; writes never reach the store") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     TempDir dir;
-    RunOptions options;
-    options.session.name = "s";
-    options.session.dir = dir.path();
-    options.n_predict = 40;
-    options.sampling.temperature = 0;
-    {
-        Engine engine(stories(), quiet_cpu_engine());
-        run_session_turn(engine, options, "Once upon a time", engine.tokenizer().encode("Once upon a time", true, true),
-                         [](const std::string&) {});
-    }
+    const RunOptions options = greedy_session(dir.path(), "s");
+    first_story_turn(options);
     SessionStore store(dir.path());
     const SessionManifest m = store.load_manifest("s");
     REQUIRE(m.blocks.size() == 3);  // 44 tokens in KV: 2 full blocks and a partial one
@@ -413,13 +414,7 @@ TEST_CASE("session: full blocks are mapped into untouched pool memory copy-on-wr
         CAPTURE(dtype_name(kv));
         EngineOptions o = quiet_cpu_engine();
         o.kv_dtype = kv;
-        if (kv == DType::f16) {  // a session of f16 KV to restore: 10 KiB records, not whole pages
-            Engine engine(stories(), o);
-            RunOptions f16 = options;
-            f16.session.name = "h";
-            run_session_turn(engine, f16, "Once upon a time", engine.tokenizer().encode("Once upon a time", true, true),
-                             [](const std::string&) {});
-        }
+        if (kv == DType::f16) first_story_turn(greedy_session(dir.path(), "h"), o);  // 10 KiB records: not pages
         Engine engine(stories(), o);
         Sequence seq;
         RestoredSession r = restore_session(engine, store, kv == DType::f32 ? "s" : "h", seq);
