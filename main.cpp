@@ -72,6 +72,20 @@ static void add_spec_flags(CLI::App* app, std::string* mode, kvlm::SpecOptions* 
                     "With --spec draft: a smaller .kvlm model with the same vocabulary that drafts the tokens");
 }
 
+// --json, --json-schema, --regex and --no-jump-forward (run and chat; docs/CONSTRAINED.md).
+static void add_constraint_flags(CLI::App* app, kvlm::ConstraintFlags* flags) {
+    app->add_flag("--json", flags->json,
+                  "Output a JSON object (any keys and values, json.dumps layout); generation ends when it closes");
+    app->add_option("--json-schema", flags->json_schema,
+                    "Output JSON that validates against this JSON Schema (a file, or the schema's text; the subset "
+                    "in docs/CONSTRAINED.md)");
+    app->add_option("--regex", flags->regex, "Output text that matches this regular expression as a whole")
+        ->each([flags](const std::string&) { flags->regex_given = true; });
+    app->add_flag("--no-jump-forward", flags->no_jump_forward,
+                  "With a constraint: run forced text through the model one token per forward (the same output, "
+                  "slower; for comparison)");
+}
+
 static void add_session_flags(CLI::App* app, SessionFlags& s, const char* session_help, const char* quota_help) {
     // An empty name would otherwise mean "no session": a run the user meant to save would not be.
     app->add_option("--session", s.name, session_help)->check([](const std::string& name) {
@@ -150,6 +164,7 @@ int main(int argc, char** argv) {
                         "Completions of the same prompt, prefilled once (sample i seeded seed+i-1)")
         ->capture_default_str();
     add_spec_flags(run_cmd, &run.spec_mode, &run.spec, &run.draft_model);
+    add_constraint_flags(run_cmd, &run.constraint_flags);
     run_cmd->add_option("--beams", run.n_beams,
                         "Beam search with N beams, as Hugging Face's num_beams (deterministic; the best "
                         "hypothesis is printed at the end)")
@@ -211,6 +226,7 @@ int main(int argc, char** argv) {
                        "Do not keep the input history in $XDG_STATE_HOME/kvlm/chat_history (default: "
                        "~/.local/state/kvlm/chat_history)");
     add_spec_flags(chat_cmd, &chat.spec_mode, &chat.spec, &chat.draft_model);
+    add_constraint_flags(chat_cmd, &chat.constraint_flags);
     add_sampling_flags(chat_cmd, chat.sampling_flags, &chat_seed);
     add_session_flags(chat_cmd, chat.session, "Continue session NAME, saving it after every answer",
                       "Session store size cap (default 4GiB)");

@@ -15,7 +15,7 @@ import re
 import sys
 
 # Lowest first. Subfolders belong to their top folder's layer (import/tokenizer/ is import/).
-LAYERS = ["util", "format", "tokenizer", "import", "kv", "compute", "engine", "session", "generate", "chat", "cli"]
+LAYERS = ["util", "format", "tokenizer", "constrain", "import", "kv", "compute", "engine", "session", "generate", "chat", "cli"]
 CUDA_LAYER = "compute"  # cuda/ implements the compute interface (compute/backend.h)
 LOOSE_ALLOWED = set()   # files allowed directly in src/ (none today)
 SOURCE_SUFFIXES = (".h", ".cpp", ".cu", ".cuh")

@@ -4,8 +4,9 @@
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-packages=(g++ make python3 python3-pip python3-numpy libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libedit-dev tmux
-          clang libclang-rt-14-dev)  # clang + compiler-rt: the sanitizer and libFuzzer builds; numpy: fuzz seeds
+packages=(g++ make python3 python3-pip python3-numpy python3-jsonschema libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev libedit-dev tmux
+          clang libclang-rt-14-dev)  # clang + compiler-rt: the sanitizer and libFuzzer builds; numpy: fuzz seeds;
+                                     # jsonschema: tools/check_constrained.py, which the tests run
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -15,3 +16,4 @@ fi
 # The fuzz seed scripts run `python3`, which may be another interpreter than Debian's (pyenv): give it numpy
 # from PyPI when the Debian package is not the one it sees.
 python3 -c 'import numpy' 2>/dev/null || python3 -m pip install --quiet numpy
+python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install --quiet jsonschema

@@ -191,7 +191,7 @@ GenerationResult ChatSession::send(const std::string& text, int32_t n_predict, S
     GenerationResult result = generate(engine_, seq_, prompt, n_predict, sampler, [&](const std::string& piece) {
         reply += piece;
         on_text(piece);
-    }, cancel, &spec_);
+    }, cancel, &spec_, &constraint_);
     // Tokens the sequence already held count as reused (from this process) or restored (from disk).
     const int32_t n_restored = std::min(n_restored_, n_in_seq);
     result.n_restored = n_restored;

@@ -66,6 +66,8 @@ public:
     void set_plain_message_text(bool plain) { plain_message_text_ = plain; }
     // Speculative decoding for the answers (--spec; default off). Greedy answers are the same either way.
     void set_speculation(const SpecOptions& spec) { spec_ = spec; }
+    // Every later answer follows `constraint` (its TokenConstraint must outlive the session's use of it).
+    void set_constraint(const ConstraintOptions& constraint) { constraint_ = constraint; }
     // What a "context is full" Error from send() advises (default: the chat commands /undo and /reset).
     void set_context_full_advice(std::string advice) { context_full_advice_ = std::move(advice); }
     // A new conversation (same system prompt, or `system`).
@@ -109,6 +111,7 @@ private:
     std::string context_full_advice_;  // set by the constructor: a larger -c only where the model allows it
     bool plain_message_text_ = false;
     SpecOptions spec_;
+    ConstraintOptions constraint_;
 };
 
 }  // namespace kvlm

@@ -61,6 +61,11 @@ std::string stats_text(Engine& engine, const GenerationResult& r) {
         engine.pool().n_used(), engine.pool().n_blocks() - engine.pool().n_used(), r.stop_reason) +
            (r.n_spec_forwards > 0 || r.n_drafted > 0
                 ? fmt::format(" | speculation: {} tokens drafted, {} accepted", r.n_drafted, r.n_accepted)
+                : "") +
+           (r.constraint.n_sampled + r.constraint.n_forced > 0
+                ? fmt::format(" | constraint: {} tokens sampled, {} forced ({} jumps), masks {:.1f} ms{}",
+                              r.constraint.n_sampled, r.constraint.n_forced, r.constraint.n_jumps,
+                              r.constraint.mask_seconds * 1e3, r.constraint.satisfied ? "" : ", output incomplete")
                 : "");
 }
 
@@ -252,6 +257,9 @@ private:
         totals_.prefill_seconds += result.prefill_seconds;
         totals_.decode_seconds += result.decode_seconds;
         if (result.stop_reason == "interrupted") info("(stopped)");
+        if (result.constraint.n_sampled + result.constraint.n_forced > 0 && !result.constraint.satisfied)
+            info(fmt::format("kvlm: the answer stopped ({}) before it matched the constraint: it is incomplete",
+                             result.stop_reason));
         if (result.stop_reason == "context full" || result.stop_reason == "KV cache full")
             info(fmt::format("kvlm: the {} ({} tokens): the answer was cut off; /undo drops the last exchange, /reset "
                              "starts a new conversation",
@@ -330,6 +338,11 @@ int cmd_chat(const ChatOptions& options) {
     const std::unique_ptr<DraftModel> draft_model =
         load_draft_model(options.draft_model, &resolved.spec, engine, engine_options);
     chat.set_speculation(resolved.spec);
+    if (resolved.spec.mode != SpecOptions::Mode::off && options.constraint_flags.given())
+        throw_error("--spec cannot be combined with --json, --json-schema or --regex (not supported yet)");
+    const std::unique_ptr<TokenConstraint> constraint = load_constraint(options.constraint_flags, engine, options.verbose);
+    if (constraint)
+        chat.set_constraint({constraint.get(), use_jump_forward(options.constraint_flags, engine, !options.verbose)});
     warn_dropped_bytes(engine.tokenizer(), system, "the system prompt");
 
     ChatStore store(options.session);

@@ -11,6 +11,7 @@
 
 #include "generate/sampler.h"
 #include "generate/draft_model.h"
+#include "generate/generate.h"
 #include "generate/speculative.h"
 #include "util/byte_size.h"  // parse_byte_size for the flags
 
@@ -93,6 +94,23 @@ std::string session_store_dir(const std::string& dir);
 // A --session-quota value in bytes ("" = kDefaultSessionQuota); throws Error naming the flag on a bad size.
 uint64_t session_quota_bytes(const std::string& quota);
 
+// --json, --json-schema, --regex, --no-jump-forward (run and chat; docs/CONSTRAINED.md).
+struct ConstraintFlags {
+    bool json = false;            // any JSON object
+    std::string json_schema;      // a file, or the schema's JSON text
+    std::string regex;
+    bool regex_given = false;
+    bool no_jump_forward = false;
+    bool given() const { return json || !json_schema.empty() || regex_given; }
+};
+
+// The constraint the flags ask for, compiled for `engine`'s vocabulary (null when none is asked for); with
+// `verbose`, a line on stderr with its size and compile time. Throws Error for several constraints at once, a
+// bad regex or schema, or --no-jump-forward without a constraint.
+std::unique_ptr<TokenConstraint> load_constraint(const ConstraintFlags& flags, const Engine& engine, bool verbose);
+// Whether a run under `flags` uses jump-forward; says on stderr (unless quiet) when the backend rules it out.
+bool use_jump_forward(const ConstraintFlags& flags, Engine& engine, bool quiet);
+
 struct RunOptions {
     EngineFlags engine;
     std::string prompt;
@@ -113,6 +131,8 @@ struct RunOptions {
     std::string draft_model;        // --draft-model, with --spec draft
     int32_t n_beams = 1;            // --beams: beam search (generate/beam_search.h) when > 1
     float length_penalty = 1.0f;    // --length-penalty, with --beams
+    ConstraintFlags constraint_flags;
+    ConstraintOptions constraint;   // cmd_run compiles constraint_flags into it
 };
 int cmd_run(const RunOptions& options);
 
@@ -153,6 +173,7 @@ struct ChatOptions {
     std::string spec_mode = "off";  // --spec (parse_spec_mode)
     SpecOptions spec;               // --spec-max; cmd_chat sets the mode from spec_mode
     std::string draft_model;        // --draft-model, with --spec draft
+    ConstraintFlags constraint_flags;  // every answer follows it
 };
 int cmd_chat(const ChatOptions& options);
 

@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "generate/beam_search.h"
+#include "generate/constrained.h"
 #include "generate/generate.h"
 #include "util/error.h"
 #include "util/interrupt.h"
@@ -59,7 +60,7 @@ std::vector<int32_t> tokenize_prompt(const Engine& engine, const RunOptions& opt
 
 // Stats of one completion on stderr (--verbose). `label` is "" for a single run, "sample i: " otherwise.
 void print_stats(const Engine& engine, const GenerationResult& result, const std::string& label,
-                 double setup_seconds) {
+                 double setup_seconds, bool jump_forward = false) {
     int32_t n_generated = int32_t(result.generated.size());
     double decode_rate = result.decode_seconds > 0 ? (n_generated - 1) / result.decode_seconds : 0;
     std::fprintf(stderr,
@@ -70,6 +71,9 @@ void print_stats(const Engine& engine, const GenerationResult& result, const std
                  result.n_prefilled, result.prefill_seconds,
                  result.prefill_seconds > 0 ? result.n_prefilled / result.prefill_seconds : 0.0, n_generated,
                  decode_rate, setup_seconds + result.first_token_seconds, result.stop_reason.c_str());
+    if (result.constraint.n_sampled + result.constraint.n_forced > 0)
+        std::fprintf(stderr, "kvlm: %s%s\n", label.c_str(),
+                     describe_constraint_report(result.constraint, result.constraint.n_jumps > 0 || jump_forward).c_str());
     if (result.n_spec_forwards > 0 || result.n_drafted > 0)
         std::fprintf(stderr,
                      "kvlm: %sspeculation: %d verify forwards, %d tokens drafted, %d accepted (%.0f%%), %.2f tokens "
@@ -77,6 +81,15 @@ void print_stats(const Engine& engine, const GenerationResult& result, const std
                      label.c_str(), result.n_spec_forwards, result.n_drafted, result.n_accepted,
                      result.n_drafted > 0 ? 100.0 * result.n_accepted / result.n_drafted : 0.0,
                      n_generated > 0 ? double(n_generated) / double(n_generated - result.n_accepted) : 0.0);
+}
+
+// A constrained output that stopped before it was a whole match (-n, a full context, Ctrl-C): an error on
+// stderr (the partial text stays on stdout). Returns whether it was.
+bool report_incomplete(const RunOptions& options, const GenerationResult& result, const std::string& label) {
+    if (!options.constraint.constraint || result.constraint.satisfied) return false;
+    std::fprintf(stderr, "kvlm: error: %sthe output is incomplete: generation stopped (%s) before it matched the %s\n",
+                 label.c_str(), result.stop_reason.c_str(), options.constraint.constraint->dfa().what().c_str());
+    return true;
 }
 
 void print_pool_stats(Engine& engine, uint64_t logits_hash) {
@@ -108,15 +121,17 @@ void report_cut_short(Engine& engine, const GenerationResult& result, const std:
 // batch-invariant backend, without speculation, with -n bounding the blocks each holds (cmd_run sizes the pool).
 bool samples_together(Engine& engine, const RunOptions& options) {
     return options.n_samples > 1 && options.n_predict >= 0 && options.spec.mode == SpecOptions::Mode::off &&
-           engine.backend().multi_token_forward_is_exact();
+           !options.constraint.constraint && engine.backend().multi_token_forward_is_exact();
 }
 
-void run_samples(Engine& engine, const RunOptions& options, const std::vector<int32_t>& prompt_ids,
-                 double setup_seconds) {
+// Returns the exit status: 1 when a constrained output is incomplete.
+int run_samples(Engine& engine, const RunOptions& options, const std::vector<int32_t>& prompt_ids,
+                double setup_seconds) {
     PrefixCache& cache = engine.prefix_cache();
     Sequence prompt_seq;
     Prefill prompt = prefill(engine, prompt_seq, prompt_ids);
     bool wrote_newline_last = true;
+    int status = 0;
     auto write_text = [&](const std::string& text) {
         write_stdout(text);
         wrote_newline_last = text.back() == '\n';
@@ -130,9 +145,10 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
         std::string label = options.n_samples > 1 ? fmt::format("sample {}: ", i + 1) : "";
         if (!options.quiet) report_cut_short(engine, result, label);
         if (options.verbose) {
-            print_stats(engine, result, label, setup_seconds);
+            print_stats(engine, result, label, setup_seconds, options.constraint.jump_forward);
             print_pool_stats(engine, result.logits_hash);
         }
+        if (report_incomplete(options, result, label)) status = 1;
     };
     if (samples_together(engine, options)) {
         const size_t n = size_t(options.n_samples);
@@ -171,7 +187,7 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
             cache.release(seqs[i]);
         }
         if (!wrote_newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
-        return;
+        return status;
     }
     for (int32_t i = 0; i < options.n_samples; i++) {
         if (i > 0) write_text(fmt::format("\n--- sample {} ---\n", i + 1));
@@ -180,12 +196,20 @@ void run_samples(Engine& engine, const RunOptions& options, const std::vector<in
         SamplingParams params = options.sampling;
         params.seed += uint64_t(i);
         Sampler sampler(params);
-        GenerationResult result =
-            decode(engine, seq, prompt.logits, options.n_predict, sampler, write_text, nullptr, &options.spec);
+        GenerationResult result;
+        try {
+            result = decode(engine, seq, prompt.logits, options.n_predict, sampler, write_text, nullptr, &options.spec,
+                            &options.constraint);
+        } catch (...) {
+            cache.release(seq);
+            if (!last) cache.release(prompt_seq);
+            throw;
+        }
         report(i, result);
         cache.release(seq);
     }
     if (!wrote_newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
+    return status;
 }
 
 // restore, generate, save (cli/session.cpp). The turn is never lost silently: Ctrl-C, or an output that
@@ -236,10 +260,10 @@ int run_with_session(Engine& engine, const RunOptions& options, const std::strin
     }
     if (!options.quiet) report_cut_short(engine, result, "");
     if (options.verbose) {
-        print_stats(engine, result, "", setup_seconds);
+        print_stats(engine, result, "", setup_seconds, options.constraint.jump_forward);
         print_pool_stats(engine, result.logits_hash);
     }
-    return 0;
+    return report_incomplete(options, result, "") ? 1 : 0;
 }
 
 }  // namespace
@@ -260,6 +284,7 @@ void check_beam_options(const RunOptions& options, const SpecOptions& spec) {
                         : options.chat                ? "--chat"
                         : options.n_samples > 1       ? "--samples"
                         : spec.mode != SpecOptions::Mode::off ? "--spec"
+                        : options.constraint_flags.given()    ? "--json, --json-schema or --regex"
                                                               : nullptr;
     if (other) throw_error("--beams cannot be combined with {} (not supported yet)", other);
     SamplingSettings sampling = options.sampling_flags;
@@ -339,6 +364,8 @@ int cmd_run(const RunOptions& options) {
     SpecOptions spec = options.spec;
     parse_spec_mode(options.spec_mode, &spec);
     check_beam_options(options, spec);
+    if (options.constraint_flags.given() && spec.mode != SpecOptions::Mode::off)
+        throw_error("--spec cannot be combined with --json, --json-schema or --regex (not supported yet)");
     check_sampling_settings(options.sampling_flags);
     std::string prompt = read_prompt(options);
 
@@ -361,6 +388,9 @@ int cmd_run(const RunOptions& options) {
     resolved.sampling = resolve_run_sampling(engine, options.sampling_flags, options.sampling.seed, options.verbose);
     const std::unique_ptr<DraftModel> draft_model = load_draft_model(options.draft_model, &spec, engine, engine_options);
     resolved.spec = spec;
+    const std::unique_ptr<TokenConstraint> constraint = load_constraint(options.constraint_flags, engine, options.verbose);
+    if (constraint)
+        resolved.constraint = {constraint.get(), use_jump_forward(options.constraint_flags, engine, options.quiet)};
 
     // A chat session's turn is rendered against its saved messages (cli/session.cpp), not tokenized here.
     bool chat_session = options.chat && !options.session.name.empty();
@@ -372,8 +402,7 @@ int cmd_run(const RunOptions& options) {
     double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_start).count();
     if (!options.session.name.empty()) return run_with_session(engine, resolved, prompt, prompt_ids, setup_seconds);
     if (options.n_beams > 1) return run_beams(engine, resolved, prompt_ids);
-    run_samples(engine, resolved, prompt_ids, setup_seconds);
-    return 0;
+    return run_samples(engine, resolved, prompt_ids, setup_seconds);
 }
 
 }  // namespace kvlm

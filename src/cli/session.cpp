@@ -231,7 +231,8 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         int32_t n_restored = seq.table.n_tokens;
         Sampler sampler(options.sampling);
         const double before_generate = seconds_since(turn_start);
-        result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text, cancel, &options.spec);
+        result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text, cancel, &options.spec,
+                          &options.constraint);
         result.first_token_seconds += before_generate;
         result.n_restored = n_restored;
         result.n_prompt += n_restored;
@@ -274,6 +275,7 @@ GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options
               "--session name");
     chat.set_plain_message_text(options.no_special);
     chat.set_speculation(options.spec);
+    chat.set_constraint(options.constraint);
     ChatStore store(options.session);
     if (store.open(name, engine, chat)) check_continued_system_prompt(chat, options.system, name);
     Sampler sampler(options.sampling);

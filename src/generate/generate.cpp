@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "generate/constrained.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 
@@ -74,7 +75,17 @@ void check_speculation_backend(Engine& engine) {
 }
 
 GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict, Sampler& sampler,
-                        const TextCallback& on_text, const std::atomic<bool>* cancel, const SpecOptions* spec) {
+                        const TextCallback& on_text, const std::atomic<bool>* cancel, const SpecOptions* spec,
+                        const ConstraintOptions* constraint) {
+    if (constraint && constraint->constraint) {
+        if (spec && spec->mode != SpecOptions::Mode::off)
+            throw_error("--spec cannot be combined with --json, --json-schema or --regex (not supported yet)");
+        ConstraintReport report;
+        GenerationResult result =
+            decode_constrained(engine, seq, std::move(logits), n_predict, sampler, on_text, *constraint, report, cancel);
+        result.constraint = report;
+        return result;
+    }
     PrefixCache& cache = engine.prefix_cache();
     const Tokenizer& tokenizer = engine.tokenizer();
     const int32_t n_vocab = engine.model().config().n_vocab;
@@ -256,9 +267,10 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
 
 GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,
                           Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel,
-                          const SpecOptions* spec) {
+                          const SpecOptions* spec, const ConstraintOptions* constraint) {
     Prefill p = prefill(engine, seq, prompt, cancel);
-    GenerationResult result = decode(engine, seq, std::move(p.logits), n_predict, sampler, on_text, cancel, spec);
+    GenerationResult result =
+        decode(engine, seq, std::move(p.logits), n_predict, sampler, on_text, cancel, spec, constraint);
     result.n_prompt = p.n_prompt;
     result.n_reused = p.n_reused;
     result.n_prefilled = p.n_prefilled;

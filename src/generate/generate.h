@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "constrain/token_constraint.h"
 #include "engine/engine.h"
 #include "generate/sampler.h"
 #include "generate/speculative.h"
@@ -16,6 +17,22 @@
 #include "util/error.h"
 
 namespace kvlm {
+
+// An output constraint for decode (generate/constrained.h): --json, --json-schema, --regex.
+struct ConstraintOptions {
+    TokenConstraint* constraint = nullptr;
+    bool jump_forward = true;
+};
+
+// What constrained decoding adds to a GenerationResult's story (-v, /stats).
+struct ConstraintReport {
+    int32_t n_sampled = 0;        // tokens chosen by the sampler under the mask
+    int32_t n_forced = 0;         // tokens appended without sampling (forced text)
+    int32_t n_jumps = 0;          // forwards that took forced tokens along (jump-forward)
+    double mask_seconds = 0;      // computing masks (cached per automaton state)
+    int32_t n_masks = 0;          // automaton states whose masks were computed
+    bool satisfied = false;       // the output is a whole match of the constraint
+};
 
 struct GenerationResult {
     std::vector<int32_t> generated;  // sampled tokens, the end-of-generation token included if hit
@@ -40,6 +57,7 @@ struct GenerationResult {
     int32_t n_spec_forwards = 0;
     int32_t n_drafted = 0;
     int32_t n_accepted = 0;
+    ConstraintReport constraint;  // with a ConstraintOptions
 };
 
 using TextCallback = std::function<void(const std::string& text)>;
@@ -78,13 +96,15 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
 // (lookup, or draft with its drafter; the CPU backend), a step may run a draft with its token and keep what
 // the sampler confirms: the same tokens as without it, and no K/V of an unconfirmed token ever reaches the
 // prefix cache or seq.
+// With `constraint` (its constraint set), decode_constrained (generate/constrained.h) runs instead; speculation
+// with a constraint is refused.
 // Throws Error, naming the backend, where speculation could change the output (a multi-token forward that
 // does not give the bits of one-token steps).
 void check_speculation_backend(Engine& engine);
 
 GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict, Sampler& sampler,
                         const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr,
-                        const SpecOptions* spec = nullptr);
+                        const SpecOptions* spec = nullptr, const ConstraintOptions* constraint = nullptr);
 
 // decode() of several sequences side by side (--samples: forks of one prompt, one sampler each), without
 // speculation: each step runs every sequence still going through one Backend::forward_sequences, so the
@@ -101,6 +121,6 @@ std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<S
 // prefill + decode. The caller releases seq (engine.prefix_cache().release(seq)) when done with it.
 GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,
                           Sampler& sampler, const TextCallback& on_text, const std::atomic<bool>* cancel = nullptr,
-                          const SpecOptions* spec = nullptr);
+                          const SpecOptions* spec = nullptr, const ConstraintOptions* constraint = nullptr);
 
 }  // namespace kvlm

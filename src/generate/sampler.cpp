@@ -129,27 +129,47 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const SampleRequest& req
     return choose(logits, n_vocab, request.penalty_tokens, request.n_penalty, n_history, request.u01);
 }
 
+int32_t Sampler::sample_allowed(float* logits, int32_t n_vocab, const std::vector<int32_t>& history,
+                                const std::vector<int32_t>& allowed) {
+    KVLM_ASSERT(!allowed.empty(), "sampling needs at least one allowed token");
+    const double u01 = draw(n_vocab);
+    penalty_window(penalty_tokens_, history, params_.repeat_penalty, params_.repeat_last_n);
+    return choose(logits, n_vocab, penalty_tokens_.data(), int32_t(penalty_tokens_.size()), history.size(), u01,
+                  allowed.data(), int32_t(allowed.size()));
+}
+
 int32_t Sampler::choose(float* logits, int32_t n_vocab, const int32_t* penalty_tokens, int32_t n_penalty,
-                        size_t n_history, double u01) {
-    // The finiteness check runs after the penalty (which keeps finite logits finite).
+                        size_t n_history, double u01, const int32_t* allowed, int32_t n_allowed) {
+    // The finiteness check runs after the penalty (which keeps finite logits finite), over every logit: a
+    // damaged model is refused whether or not a constraint would have hidden the bad value.
     apply_repeat_penalty(logits, n_vocab, penalty_tokens, n_penalty, params_.repeat_penalty);
-    const int32_t best = checked_argmax(logits, n_vocab, n_history);
-    if (params_.temperature <= 0.0f || n_vocab == 1) return best;
+    int32_t best = checked_argmax(logits, n_vocab, n_history);
+    // The candidates: every token, or the allowed ones (ascending ids, so ties resolve as without a mask).
+    const int32_t n_candidates = allowed ? n_allowed : n_vocab;
+    auto candidate = [&](int32_t i) { return allowed ? allowed[i] : i; };
+    if (allowed) {
+        best = allowed[0];
+        for (int32_t i = 1; i < n_allowed; i++)
+            if (logits[allowed[i]] > logits[best]) best = allowed[i];
+    }
+    if (params_.temperature <= 0.0f || n_candidates == 1) return best;
 
     const float inv_temp = 1.0f / params_.temperature, max_logit = logits[best];
-    const int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n_vocab) : n_vocab;
+    const int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n_candidates) : n_candidates;
     auto weight = [&](float logit) { return std::exp(double((logit - max_logit) * inv_temp)); };
     // Without top-k, tokens that min-p drops in the end anyway (p < min_p * p_max) are left out of the sort;
     // they come after every kept token, so they cannot move the top-p cut either. The floor has a small
     // margin so that the min-p test on probabilities below makes the final decision.
-    const bool use_floor = k == n_vocab && params_.min_p > 0.0f && params_.min_p <= 1.0f;
+    const bool use_floor = k == n_candidates && params_.min_p > 0.0f && params_.min_p <= 1.0f;
     const float floor_logit =
         use_floor ? max_logit + (std::log(params_.min_p) - 0.01f) * params_.temperature : -INFINITY;
 
     std::vector<std::pair<float, int32_t>>& c = candidates_;
     c.clear();
-    for (int32_t i = 0; i < n_vocab; i++)
+    for (int32_t j = 0; j < n_candidates; j++) {
+        const int32_t i = candidate(j);
         if (logits[i] >= floor_logit || i == best) c.emplace_back(logits[i], i);
+    }
     size_t n_keep = std::min(c.size(), size_t(k));
     // The kept set by selection (linear), then sorted: `better` is a total order, so this is the top n_keep
     // in order, as a full sort would give.
@@ -158,10 +178,10 @@ int32_t Sampler::choose(float* logits, int32_t n_vocab, const int32_t* penalty_t
 
     // Softmax with temperature over the top-k set (the whole vocabulary when top-k is off).
     double total = 0.0;
-    if (k < n_vocab) {
+    if (k < n_candidates) {
         for (size_t i = 0; i < n_keep; i++) total += weight(c[i].first);
     } else {
-        for (int32_t i = 0; i < n_vocab; i++) total += weight(logits[i]);
+        for (int32_t j = 0; j < n_candidates; j++) total += weight(logits[candidate(j)]);
     }
     for (size_t i = 0; i < n_keep; i++) c[i].first = float(weight(c[i].first) / total);
 

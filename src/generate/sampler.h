@@ -54,6 +54,10 @@ public:
     int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, double u01);
     // The same for a step whose device_request came back to the host (its penalty tokens and draw, reused).
     int32_t sample(float* logits, int32_t n_vocab, const SampleRequest& request, size_t n_history);
+    // sample() choosing only among `allowed` (ascending token ids, not empty): the distribution renormalized
+    // over them, after the penalty; every logit is still checked for NaN and infinity.
+    int32_t sample_allowed(float* logits, int32_t n_vocab, const std::vector<int32_t>& history,
+                           const std::vector<int32_t>& allowed);
     // What Backend::decode_sample needs for the step after `history`: the settings, the distinct tokens the
     // repetition penalty touches, and this step's draw. Valid until the next call.
     SampleRequest device_request(const std::vector<int32_t>& history, int32_t n_vocab);
@@ -66,7 +70,7 @@ private:
     std::vector<int32_t> penalty_tokens_;
 
     int32_t choose(float* logits, int32_t n_vocab, const int32_t* penalty_tokens, int32_t n_penalty, size_t n_history,
-                   double u01);
+                   double u01, const int32_t* allowed = nullptr, int32_t n_allowed = 0);
 };
 
 // The error for a NaN or infinite logit (token `token`) after `n_history` tokens, wherever it was found.

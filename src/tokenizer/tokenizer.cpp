@@ -202,6 +202,17 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& o
     }
 }
 
+std::vector<int32_t> Tokenizer::encode_continuation(std::string_view text) const {
+    std::vector<int32_t> out;
+    if (text.empty()) return out;
+    if (impl_->is_spm) {
+        impl_->spm->encode(escape_spaces(text), out);
+    } else {
+        impl_->bpe->encode(text, out);
+    }
+    return out;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special,
                                        const std::vector<TextRange>& plain_ranges) const {
     const Impl& m = *impl_;

@@ -37,6 +37,9 @@ public:
     // own special tokens are parsed). Text runs across range edges are encoded as one, as without ranges.
     std::vector<int32_t> encode(std::string_view text, bool add_bos = true, bool parse_special = true,
                                 const std::vector<TextRange>& plain_ranges = {}) const;
+    // `text` as it continues earlier text: no BOS, no special tokens, no SentencePiece dummy prefix (the
+    // tokens of text that constrained decoding forces after the model's own).
+    std::vector<int32_t> encode_continuation(std::string_view text) const;
     // The distinct byte values of `text` (ascending) that encode drops; always "" for SentencePiece-style
     // vocabularies (their unknown characters become byte-fallback tokens or unk, never nothing).
     std::string bytes_without_token(std::string_view text) const;

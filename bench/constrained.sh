@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Constrained-output figures (docs/CONSTRAINED.md), SmolLM2-135M-Instruct on the CPU:
+#   corpus   every schema and regex of tests/data/constrained/ with SEEDS seeds (the first greedy, the others
+#            sampled at kvlm's defaults), every output checked by tools/check_constrained.py
+#   mask     decode tok/s of a long --json answer against the same prompt unconstrained (-n 128 each; the
+#            constrained run with --no-jump-forward, so that every token is one forward and the difference is
+#            the masks), RUNS interleaved runs, medians
+#   jump     whole-process wall time of the long_fixed_keys schema, greedy, with and without jump-forward,
+#            RUNS interleaved runs, medians, outputs compared
+# Usage: bench/constrained.sh [corpus|mask|jump ...] (default: all)   env: MODEL, SEEDS (3), RUNS (5), KVLM
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KVLM=${KVLM:-./kvlm}
+MODEL=${MODEL:-models/cache/smollm2-135m-instruct.kvlm}
+SEEDS=${SEEDS:-3}
+RUNS=${RUNS:-5}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(corpus mask jump)
+median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+decode_rate() { grep -o 'decode [0-9.]* tok/s' | grep -o '[0-9.]*'; }
+seconds() {  # command... -> wall seconds of the whole process
+    python3 -c 'import subprocess, sys, time
+t = time.perf_counter()
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+print(f"{time.perf_counter() - t:.3f}")' "$@"
+}
+
+for part in "${parts[@]}"; do
+case $part in
+corpus)
+    python3 - "$KVLM" "$MODEL" "$SEEDS" "$WORK" <<'PY'
+import json, subprocess, sys
+kvlm, model, n_seeds, work = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+data = "tests/data/constrained"
+lines, failed_runs = [], 0
+for kind, file in (("schema", "schemas.json"), ("regex", "regexes.json")):
+    for case in json.load(open(f"{data}/{file}")):
+        for seed in range(1, n_seeds + 1):
+            args = [kvlm, "run", "-m", model, "--chat", "-p", case["prompt"], "-n", "400", "-t", "2", "-q",
+                    "--seed", str(seed)] + (["--temp", "0"] if seed == 1 else [])
+            args += ["--json-schema", json.dumps(case["schema"])] if kind == "schema" else ["--regex", case["regex"]]
+            r = subprocess.run(args, capture_output=True, text=True)
+            if r.returncode != 0:
+                failed_runs += 1
+                print(f"{case['name']} seed {seed}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+            line = {"kind": kind, "name": case["name"], "seed": seed, "output": r.stdout}
+            line[kind] = case[kind]
+            lines.append(json.dumps(line))
+open(f"{work}/cases.jsonl", "w").write("\n".join(lines) + "\n")
+print(f"corpus: {len(lines)} runs ({n_seeds} seeds), {failed_runs} exited non-zero")
+PY
+    python3 tools/check_constrained.py "$WORK/cases.jsonl" | tail -5
+    ;;
+mask)
+    prompt="List ten fictional employees of a small bakery with their names, ages, roles, start dates and favourite breads, as a JSON object."
+    : > "$WORK/plain" ; : > "$WORK/json"
+    for i in $(seq "$RUNS"); do
+        "$KVLM" run -m "$MODEL" --chat -p "$prompt" -n 128 --temp 0 -t 2 -v 2>&1 >/dev/null | decode_rate >> "$WORK/plain"
+        "$KVLM" run -m "$MODEL" --chat -p "$prompt" -n 128 --temp 0 -t 2 -v --json --no-jump-forward 2>"$WORK/err" >/dev/null || true
+        decode_rate < "$WORK/err" >> "$WORK/json"
+        grep -o 'masks [^,]*,[^)]*)' "$WORK/err" >> "$WORK/masks" || true
+    done
+    p=$(median < "$WORK/plain"); j=$(median < "$WORK/json")
+    echo "mask: decode tok/s unconstrained $(tr '\n' ' ' < "$WORK/plain")(median $p); --json $(tr '\n' ' ' < "$WORK/json")(median $j); ratio $(python3 -c "print(f'{$j / $p:.3f}')")"
+    echo "mask: mask time of the --json runs: $(tail -1 "$WORK/masks")"
+    ;;
+jump)
+    python3 -c 'import json; [json.dump(c["schema"], open("'"$WORK"'/lfk.json", "w")) or print(c["prompt"], file=open("'"$WORK"'/lfk.prompt", "w"))
+                for c in json.load(open("tests/data/constrained/schemas.json")) if c["name"] == "long_fixed_keys"]'
+    prompt=$(cat "$WORK/lfk.prompt")
+    args=(run -m "$MODEL" --chat -p "$prompt" -n 400 --temp 0 -t 2 --json-schema "$WORK/lfk.json")
+    "$KVLM" "${args[@]}" -v > "$WORK/on.txt" 2> "$WORK/on.err"
+    "$KVLM" "${args[@]}" -v --no-jump-forward > "$WORK/off.txt" 2> "$WORK/off.err"
+    cmp -s "$WORK/on.txt" "$WORK/off.txt" && same=identical || same=DIFFERENT
+    : > "$WORK/t_on"; : > "$WORK/t_off"
+    for i in $(seq "$RUNS"); do
+        seconds "$KVLM" "${args[@]}" >> "$WORK/t_on"
+        seconds "$KVLM" "${args[@]}" --no-jump-forward >> "$WORK/t_off"
+    done
+    on=$(median < "$WORK/t_on"); off=$(median < "$WORK/t_off")
+    echo "jump: long_fixed_keys, whole process: jump-forward $(tr '\n' ' ' < "$WORK/t_on")(median $on s); --no-jump-forward $(tr '\n' ' ' < "$WORK/t_off")(median $off s); speed-up $(python3 -c "print(f'{$off / $on:.2f}')")x; outputs $same"
+    echo "jump: $(grep -o 'constraint: .*' "$WORK/on.err")"
+    echo "jump: $(wc -c < "$WORK/on.txt") bytes: $(head -c 200 "$WORK/on.txt")"
+    ;;
+*) echo "bench/constrained.sh: unknown part '$part' (corpus, mask, jump)" >&2; exit 2 ;;
+esac
+done

@@ -1,0 +1,159 @@
+// The constrained decode loop. Its shape is decode()'s (generate.cpp): a token is chosen, emitted, then run
+// through the model; forced tokens come from a queue instead of the sampler, and jump-forward lets one
+// forward take the queued tokens along, bounded so that it stops exactly where one-token steps would.
+#include "generate/constrained.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include "util/error.h"
+
+namespace kvlm {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+bool can_jump_forward(Engine& engine) { return engine.backend().multi_token_forward_is_exact(); }
+
+GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict,
+                                    Sampler& sampler, const TextCallback& on_text, const ConstraintOptions& options,
+                                    ConstraintReport& report, const std::atomic<bool>* cancel) {
+    KVLM_ASSERT(options.constraint, "constrained decoding needs a constraint");
+    TokenConstraint& constraint = *options.constraint;
+    PrefixCache& cache = engine.prefix_cache();
+    const Tokenizer& tokenizer = engine.tokenizer();
+    Backend& backend = engine.backend();
+    const int32_t n_vocab = engine.model().config().n_vocab;
+    const int32_t n_ctx = engine.n_ctx();
+    KVLM_ASSERT(int32_t(logits.size()) == n_vocab, "decode needs the last token's logits");
+    KVLM_ASSERT(!seq.tokens.empty(), "decode needs a prefilled sequence");
+    const bool jump = options.jump_forward && can_jump_forward(engine);
+    const double mask_seconds_before = constraint.mask_seconds();
+    const size_t n_masks_before = constraint.n_masks();
+
+    GenerationResult result;
+    report = ConstraintReport{};
+    Utf8StreamDecoder decoder;
+    const auto decode_start = Clock::now();
+    int32_t state = constraint.start();
+    std::deque<int32_t> queue;  // forced tokens not yet emitted
+
+    // The next token: the queue's first, else sampled among the allowed ones (its logits hashed, as decode()).
+    auto pick = [&] {
+        if (!queue.empty()) {
+            const int32_t t = queue.front();
+            queue.pop_front();
+            report.n_forced++;
+            return t;
+        }
+        const std::vector<int32_t>& allowed = constraint.allowed(state);
+        result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
+        report.n_sampled++;
+        return sampler.sample_allowed(logits.data(), n_vocab, seq.tokens, allowed);
+    };
+    // Appends `token` to the output: the constraint's state, the text.
+    auto emit = [&](int32_t token) {
+        result.generated.push_back(token);
+        result.has_pending_token = true;
+        const int32_t next = constraint.advance(state, token);
+        KVLM_ASSERT(next != TokenConstraint::kDead, "a token the constraint allowed led nowhere");
+        state = next;
+        if (tokenizer.is_end_of_generation(token)) return;
+        if (std::string text = decoder.push(tokenizer.decode_token(token)); !text.empty()) on_text(text);
+    };
+
+    int32_t token = n_predict != 0 ? pick() : -1;
+    if (n_predict == 0) result.stop_reason = "token limit";
+    for (int32_t step = 0; n_predict != 0; step++) {
+        if (step == 0) result.first_token_seconds = seconds_since(decode_start);
+        emit(token);
+        if (tokenizer.is_end_of_generation(token)) {
+            result.stop_reason = "end of generation";
+            break;
+        }
+        if (constraint.complete(state)) {
+            result.stop_reason = "constraint complete";
+            break;
+        }
+        if (n_predict > 0 && step + 1 >= n_predict) {
+            result.stop_reason = "token limit";
+            break;
+        }
+        if (cancel && cancel->load()) {
+            result.stop_reason = "interrupted";
+            break;
+        }
+        if (seq.table.n_tokens >= n_ctx) {
+            result.stop_reason = "context full";
+            break;
+        }
+        if (queue.empty()) {
+            const std::vector<int32_t>& forced = constraint.forced_tokens(state);
+            queue.assign(forced.begin(), forced.end());
+        }
+        const int32_t pos = seq.table.n_tokens;
+        // Queued tokens this forward takes along: all but the last (the next pick), and none that one-token
+        // steps would not reach (the -n limit, a full context).
+        int32_t n_along = 0;
+        if (jump && queue.size() >= 2) {
+            n_along = int32_t(queue.size()) - 1;
+            if (n_predict > 0) n_along = std::min(n_along, n_predict - step - 2);
+            n_along = std::max(0, std::min(n_along, n_ctx - pos - 1));
+        }
+        try {
+            cache.reserve(seq, pos + 1 + n_along);
+        } catch (const Error&) {
+            n_along = 0;
+            try {
+                cache.reserve(seq, pos + 1);
+            } catch (const Error&) {
+                result.stop_reason = "KV cache full";
+                break;
+            }
+        }
+        std::vector<int32_t> batch{token};
+        batch.insert(batch.end(), queue.begin(), queue.begin() + n_along);
+        backend.forward(batch.data(), int32_t(batch.size()), pos, seq.table, logits.data(), /*all_logits=*/false);
+        seq.tokens.insert(seq.tokens.end(), batch.begin(), batch.end());
+        seq.table.n_tokens += int32_t(batch.size());
+        result.has_pending_token = false;
+        cache.commit(seq);
+        if (n_along > 0) {
+            report.n_jumps++;
+            for (int32_t i = 0; i < n_along; i++, step++) {
+                const int32_t forced = queue.front();
+                queue.pop_front();
+                report.n_forced++;
+                emit(forced);
+                result.has_pending_token = false;  // forwarded in the batch
+            }
+        }
+        token = pick();
+    }
+    if (std::string tail = decoder.flush(); !tail.empty()) on_text(tail);
+    result.decode_seconds = seconds_since(decode_start);
+    result.transcript = seq.tokens;
+    if (result.has_pending_token) result.transcript.push_back(result.generated.back());
+    report.satisfied = constraint.accepting(state);
+    report.mask_seconds = constraint.mask_seconds() - mask_seconds_before;
+    report.n_masks = int32_t(constraint.n_masks() - n_masks_before);
+    return result;
+}
+
+std::string describe_constraint_report(const ConstraintReport& r, bool jump_forward) {
+    const int32_t n = r.n_sampled + r.n_forced;
+    return fmt::format(
+        "constraint: {} tokens sampled, {} forced{}, masks {:.1f} ms for {} new states ({:.3f} ms per "
+        "token), output {}",
+        r.n_sampled, r.n_forced,
+        jump_forward ? fmt::format(" ({} jump-forward forwards)", r.n_jumps) : " (jump-forward off)",
+        r.mask_seconds * 1e3, r.n_masks, n > 0 ? r.mask_seconds * 1e3 / n : 0.0,
+        r.satisfied ? "complete" : "incomplete");
+}
+
+}  // namespace kvlm
