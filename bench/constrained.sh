@@ -2,9 +2,9 @@
 # Constrained-output figures (docs/CONSTRAINED.md), SmolLM2-135M-Instruct on the CPU:
 #   corpus   every schema and regex of tests/data/constrained/ with SEEDS seeds (the first greedy, the others
 #            sampled at kvlm's defaults), every output checked by tools/check_constrained.py
-#   mask     decode tok/s of a long --json answer against the same prompt unconstrained (-n 128 each; the
-#            constrained run with --no-jump-forward, so that every token is one forward and the difference is
-#            the masks), RUNS interleaved runs, medians
+#   mask     decode tok/s of a --json answer and of an answer under a regex that allows every token against an
+#            unconstrained one (-n 128 each, greedy; constrained runs without jump-forward, so that every token
+#            is one forward), RUNS interleaved runs, medians
 #   jump     whole-process wall time of the long_fixed_keys schema, greedy, with and without jump-forward,
 #            RUNS interleaved runs, medians, outputs compared
 # Usage: bench/constrained.sh [corpus|mask|jump ...] (default: all)   env: MODEL, SEEDS (3), RUNS (5), KVLM
@@ -54,17 +54,23 @@ PY
     python3 tools/check_constrained.py "$WORK/cases.jsonl" | tail -5
     ;;
 mask)
+    # The unconstrained prompt writes past -n, so every run decodes 128 tokens; --regex '[\s\S]*' allows every
+    # token (the largest masks), so its tokens are the unconstrained run's and the difference is the masks alone.
+    story="Write a long story about a baker named Bob who finds a lost dog."
     prompt="List ten fictional employees of a small bakery with their names, ages, roles, start dates and favourite breads, as a JSON object."
-    : > "$WORK/plain" ; : > "$WORK/json"
+    : > "$WORK/plain"; : > "$WORK/json"; : > "$WORK/any"; : > "$WORK/masks"
     for i in $(seq "$RUNS"); do
-        "$KVLM" run -m "$MODEL" --chat -p "$prompt" -n 128 --temp 0 -t 2 -v 2>&1 >/dev/null | decode_rate >> "$WORK/plain"
+        "$KVLM" run -m "$MODEL" --chat -p "$story" -n 128 --temp 0 -t 2 -v 2>&1 >/dev/null | decode_rate >> "$WORK/plain"
         "$KVLM" run -m "$MODEL" --chat -p "$prompt" -n 128 --temp 0 -t 2 -v --json --no-jump-forward 2>"$WORK/err" >/dev/null || true
         decode_rate < "$WORK/err" >> "$WORK/json"
-        grep -o 'masks [^,]*,[^)]*)' "$WORK/err" >> "$WORK/masks" || true
+        grep -o 'masks .*per token)' "$WORK/err" >> "$WORK/masks" || true
+        "$KVLM" run -m "$MODEL" --chat -p "$story" -n 128 --temp 0 -t 2 -v --regex '[\s\S]*' 2>&1 >/dev/null | decode_rate >> "$WORK/any"
     done
-    p=$(median < "$WORK/plain"); j=$(median < "$WORK/json")
-    echo "mask: decode tok/s unconstrained $(tr '\n' ' ' < "$WORK/plain")(median $p); --json $(tr '\n' ' ' < "$WORK/json")(median $j); ratio $(python3 -c "print(f'{$j / $p:.3f}')")"
-    echo "mask: mask time of the --json runs: $(tail -1 "$WORK/masks")"
+    p=$(median < "$WORK/plain"); j=$(median < "$WORK/json"); a=$(median < "$WORK/any")
+    echo "mask: decode tok/s, 128 tokens each: unconstrained $(tr '\n' ' ' < "$WORK/plain")(median $p)"
+    echo "mask: --json (another prompt, so other tokens) $(tr '\n' ' ' < "$WORK/json")(median $j, $(python3 -c "print(f'{$j / $p:.3f}')")x)"
+    echo "mask: --regex '[\s\S]*' (the same tokens) $(tr '\n' ' ' < "$WORK/any")(median $a, $(python3 -c "print(f'{$a / $p:.3f}')")x)"
+    echo "mask: mask time of the last --json run: $(tail -1 "$WORK/masks")"
     ;;
 jump)
     python3 -c 'import json; [json.dump(c["schema"], open("'"$WORK"'/lfk.json", "w")) or print(c["prompt"], file=open("'"$WORK"'/lfk.prompt", "w"))

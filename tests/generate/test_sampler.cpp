@@ -157,3 +157,33 @@ TEST_CASE("sampler: an extreme repeat penalty keeps logits finite; a logit that 
     Sampler sampler(p);
     CHECK_THROWS_WITH_AS(sampler.sample(damaged.data(), 3, {1}), doctest::Contains("an infinite logit"), Error);
 }
+
+TEST_CASE("sampler: sample_allowed picks only allowed tokens, in proportion to their renormalized probabilities") {
+    // Four allowed tokens of eight, logits log(1), log(2), log(3), log(4): frequencies 0.1, 0.2, 0.3, 0.4.
+    std::vector<float> logits = {5, std::log(1.0f), 9, std::log(2.0f), std::log(3.0f), 7, std::log(4.0f), 8};
+    const std::vector<int32_t> allowed = {1, 3, 4, 6};
+    Sampler greedy(plain(0.0f));
+    std::vector<float> copy = logits;
+    CHECK(greedy.sample_allowed(copy.data(), 8, {}, allowed) == 6);
+    SamplingParams p = plain(1.0f, 11);
+    p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f;
+    Sampler sampler(p);
+    std::map<int32_t, int> counts;
+    const int n = 20000;
+    for (int i = 0; i < n; i++) {
+        copy = logits;
+        counts[sampler.sample_allowed(copy.data(), 8, {}, allowed)]++;
+    }
+    CHECK(counts.size() == 4);
+    for (auto [token, want] : std::vector<std::pair<int32_t, double>>{{1, 0.1}, {3, 0.2}, {4, 0.3}, {6, 0.4}})
+        CHECK(std::abs(counts[token] / double(n) - want) < 0.015);  // ~4.5 standard deviations
+    // top-k counts among the allowed tokens only: k = 1 is the best allowed one.
+    p.top_k = 1;
+    Sampler top1(p);
+    copy = logits;
+    CHECK(top1.sample_allowed(copy.data(), 8, {}, allowed) == 6);
+    // A NaN outside the allowed set is still refused: the model is damaged whatever the mask hides.
+    copy = logits;
+    copy[0] = std::nanf("");
+    CHECK_THROWS_AS(greedy.sample_allowed(copy.data(), 8, {}, allowed), kvlm::Error);
+}
