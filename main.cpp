@@ -78,7 +78,8 @@ static void add_constraint_flags(CLI::App* app, kvlm::ConstraintFlags* flags) {
                   "Output a JSON object (any keys and values, json.dumps layout); generation ends when it closes");
     app->add_option("--json-schema", flags->json_schema,
                     "Output JSON that validates against this JSON Schema (a file, or the schema's text; the subset "
-                    "in docs/CONSTRAINED.md)");
+                    "in docs/CONSTRAINED.md)")
+        ->each([flags](const std::string&) { flags->json_schema_given = true; });
     app->add_option("--regex", flags->regex, "Output text that matches this regular expression as a whole")
         ->each([flags](const std::string&) { flags->regex_given = true; });
     app->add_flag("--no-jump-forward", flags->no_jump_forward,

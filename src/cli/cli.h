@@ -98,10 +98,11 @@ uint64_t session_quota_bytes(const std::string& quota);
 struct ConstraintFlags {
     bool json = false;            // any JSON object
     std::string json_schema;      // a file, or the schema's JSON text
+    bool json_schema_given = false;
     std::string regex;
     bool regex_given = false;
     bool no_jump_forward = false;
-    bool given() const { return json || !json_schema.empty() || regex_given; }
+    bool given() const { return json || json_schema_given || regex_given; }
 };
 
 // The constraint the flags ask for, compiled for `engine`'s vocabulary (null when none is asked for); with

@@ -11,7 +11,7 @@
 namespace kvlm {
 
 std::unique_ptr<TokenConstraint> load_constraint(const ConstraintFlags& flags, const Engine& engine, bool verbose) {
-    const int n_given = int(flags.json) + int(!flags.json_schema.empty()) + int(flags.regex_given);
+    const int n_given = int(flags.json) + int(flags.json_schema_given) + int(flags.regex_given);
     if (n_given == 0) {
         if (flags.no_jump_forward) throw_error("--no-jump-forward is only used with --json, --json-schema or --regex");
         return nullptr;
@@ -23,8 +23,9 @@ std::unique_ptr<TokenConstraint> load_constraint(const ConstraintFlags& flags, c
     if (flags.json) {
         what = "--json";
         regex = any_json_regex(/*object_only=*/true);
-    } else if (!flags.json_schema.empty()) {
+    } else if (flags.json_schema_given) {
         what = "--json-schema";
+        if (flags.json_schema.empty()) throw_error("--json-schema: the argument is empty (give a file or the schema's JSON)");
         regex = json_schema_regex(read_json_schema(flags.json_schema), what);
     } else {
         what = "--regex";

@@ -180,6 +180,7 @@ TEST_CASE("constrained output: bad constraints and combinations are errors namin
              {{"--json-schema", "{\"type\": "}, "not valid JSON"},
              {{"--regex", "(a"}, "--regex: unbalanced '('"},
              {{"--regex", ""}, "the pattern is empty"},
+             {{"--json-schema", ""}, "--json-schema: the argument is empty"},
              {{"--json", "--regex", "a"}, "are exclusive"},
              {{"--no-jump-forward"}, "only used with --json"},
              {{"--json", "--spec", "lookup"}, "--spec cannot be combined with --json"},
