@@ -4,5 +4,5 @@
 #define KVLM_VNNI 1
 #define KVLM_ROW_PAIRS 1
 #define KVLM_FLOAT_TOKENS 4
-#define KVLM_Q_TOKENS 4
+#define KVLM_Q_TOKENS 8
 #include "compute/kernels_x86.inc"
