@@ -75,9 +75,12 @@ struct AttentionKeys {
     float* widened = nullptr;
 };
 
-// Bytes of scratch matmul_q needs for n_rows rows of n_in weights: per row and block, 32 16-bit weights, a
-// scale and a min as floats.
-constexpr int64_t quantized_scratch_bytes(int64_t n_rows, int64_t n_in) { return n_rows * (n_in / 32) * (64 + 8); }
+// Bytes of scratch matmul_q needs for n_tokens tokens and n_rows rows of n_in weights: the unpacked rows (per
+// row and block, 32 16-bit weights, a scale and a min as floats), or the tokens' block scales side by side
+// (two floats per token and block), whichever is larger.
+constexpr int64_t quantized_scratch_bytes(int64_t n_tokens, int64_t n_rows, int64_t n_in) {
+    return (n_in / 32) * (n_rows * (64 + 8) > n_tokens * 8 ? n_rows * (64 + 8) : n_tokens * 8);
+}
 
 struct CpuKernels {
     // The canonical dot product of a (n elements of a_dtype, f32/f16/bf16) and b (n floats).
@@ -95,7 +98,7 @@ struct CpuKernels {
     // Quantizes n rows of n_in floats (n_in a multiple of 32) into n * n_in / 32 blocks.
     void (*quantize_rows)(ActivationBlock* out, const float* x, int64_t n, int64_t n_in);
     // Rows [r0, r1) of out[t, r] = dot(w[r, :], x[t, :]) for quantized weights (row_bytes per row) and
-    // quantized activations (n_in / 32 blocks per token). scratch: quantized_scratch_bytes(r1 - r0, n_in)
+    // quantized activations (n_in / 32 blocks per token). scratch: quantized_scratch_bytes(n, r1 - r0, n_in)
     // bytes, float-aligned (batches unpack the rows there once for all their tokens).
     void (*matmul_q)(float* out, int64_t out_stride, const ActivationBlock* x, int64_t n, const void* w, DType w_dtype,
                      int64_t n_in, int64_t r0, int64_t r1, void* scratch);

@@ -16,6 +16,8 @@ namespace {
 
 constexpr int64_t kTokenTile = 48;  // tokens per pass over a row tile (a multiple of every path's register tile: 2, 3, 4)
 constexpr int64_t kRowTile = 16;    // weight rows kept hot in cache while a token tile runs over them
+// Quantized weight rows unpacked at once for a batch (64 rows of 1,536 inputs unpacked: 192 KiB, in L2).
+constexpr int64_t kQuantRowTile = 64;
 // Below this many multiply-adds a matmul runs on the calling thread: waking workers costs more.
 constexpr int64_t kMinParallelWork = 1 << 16;
 
@@ -70,19 +72,16 @@ void matmul_rows_float(const CpuKernels& k, float* out, const float* x, const vo
     }
 }
 
+// Rows [row_begin, row_end) for all n tokens, quantized weights: each tile of kQuantRowTile rows goes to the
+// kernel with every token, so that a batch unpacks it once (the kernel then runs its tokens in tiles).
 void matmul_rows_quantized(const CpuKernels& k, float* out, const ActivationBlock* xq, const void* w, DType w_dtype,
                            int64_t n, int64_t n_in, int64_t n_out, int64_t row_begin, int64_t row_end) {
-    const int64_t n_blocks = n_in / kQuantBlock;
-    // quantized_scratch_bytes(kRowTile, n_in), in floats.
+    // quantized_scratch_bytes(n, kQuantRowTile, n_in), in floats.
     thread_local std::vector<float> scratch;
-    const size_t n_scratch = size_t(quantized_scratch_bytes(kRowTile, n_in) / 4);
+    const size_t n_scratch = size_t(quantized_scratch_bytes(n, kQuantRowTile, n_in) / 4);
     if (scratch.size() < n_scratch) scratch.resize(n_scratch);
-    for (int64_t t0 = 0; t0 < n; t0 += kTokenTile) {
-        const int64_t t1 = std::min(n, t0 + kTokenTile);
-        for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile)
-            k.matmul_q(out + t0 * n_out, n_out, xq + t0 * n_blocks, t1 - t0, w, w_dtype, n_in, r0,
-                       std::min(row_end, r0 + kRowTile), scratch.data());
-    }
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kQuantRowTile)
+        k.matmul_q(out, n_out, xq, n, w, w_dtype, n_in, r0, std::min(row_end, r0 + kQuantRowTile), scratch.data());
 }
 
 }  // namespace

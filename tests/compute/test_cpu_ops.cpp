@@ -180,7 +180,10 @@ TEST_CASE("cpu_ops: quantized matmul follows the canonical order on every path a
     ThreadPool pool3(3);
     struct Shape { int64_t n, n_in, n_out; };
     const Shape shapes[] = {{1, 32, 1},    {1, 64, 5},  {3, 96, 17},   {5, 576, 9},
-                            {37, 160, 45}, {2, 1536, 7}, {4, 160, 13}, {6, 64, 72}};
+                            {37, 160, 45}, {2, 1536, 7}, {4, 160, 13}, {6, 64, 72},
+                            // Many tokens: passes of 48 with a partial one, several 64-row tiles, and leftover
+                            // rows whose token scales outgrow the unpacked rows' scratch.
+                            {100, 64, 200}, {700, 64, 13}};
     uint64_t seed = 100;
     for (DType dtype : {DType::q8_0, DType::q4_0, DType::q4_1}) {
         for (const Shape& s : shapes) {
