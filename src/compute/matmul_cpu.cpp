@@ -14,7 +14,10 @@ namespace kvlm {
 
 namespace {
 
-constexpr int64_t kTokenTile = 48;  // tokens per pass over a row tile (a multiple of every path's register tile: 2, 3, 4)
+// Tokens per pass over a row tile of 16-bit weights (a multiple of every path's register tile: 2, 3, 4): each
+// pass widens the tile again, so fewer, longer passes widen less (144 against 48: about 10% less CPU time for
+// a bf16 pp512 on a 2-core AVX-512 Xeon), while the tile's activations still fit in L2.
+constexpr int64_t kTokenTile = 144;
 constexpr int64_t kRowTile = 16;    // weight rows kept hot in cache while a token tile runs over them
 // Quantized weight rows unpacked at once for a batch (64 rows of 1,536 inputs unpacked: 192 KiB, in L2).
 constexpr int64_t kQuantRowTile = 64;
