@@ -7,7 +7,10 @@
 #            is one forward), RUNS interleaved runs, medians
 #   jump     whole-process wall time of the long_fixed_keys schema, greedy, with and without jump-forward,
 #            RUNS interleaved runs, medians, outputs compared
-# Usage: bench/constrained.sh [corpus|mask|jump ...] (default: all)   env: MODEL, SEEDS (3), RUNS (5), KVLM
+#   peer     llama.cpp's llama-completion -jf beside kvlm --json-schema over every corpus schema (greedy): validity
+#            and decode tok/s of both (needs the peer build of bench/peer_llamacpp.sh)
+# Usage: bench/constrained.sh [corpus|mask|jump|peer ...] (default: corpus mask jump)
+#   env: MODEL, SEEDS (3), RUNS (5), KVLM, PEER_CACHE, GGUF
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVLM=${KVLM:-./kvlm}
@@ -90,6 +93,52 @@ jump)
     echo "jump: $(grep -o 'constraint: .*' "$WORK/on.err")"
     echo "jump: $(wc -c < "$WORK/on.txt") bytes: $(head -c 200 "$WORK/on.txt")"
     ;;
-*) echo "bench/constrained.sh: unknown part '$part' (corpus, mask, jump)" >&2; exit 2 ;;
+peer)
+    # llama.cpp's llama-completion -jf (GBNF from the schema) beside kvlm --json-schema: every corpus schema,
+    # greedy, the same raw ChatML prompt (SmolLM2's default system prompt) and the same Q4_1 GGUF / .kvlm;
+    # both outputs validated by tools/check_constrained.py; decode tok/s as each reports it.
+    PEER_BIN=${PEER_CACHE:-$HOME/.cache/kvlm-peer}/llama.cpp/build/bin
+    GGUF=${GGUF:-models/cache/SmolLM2-135M-Instruct.Q4_1.gguf}
+    [ -x "$PEER_BIN/llama-completion" ] || { echo "peer: run bench/peer_llamacpp.sh first (no $PEER_BIN/llama-completion)" >&2; exit 1; }
+    python3 - "$KVLM" "$MODEL" "$PEER_BIN" "$GGUF" "$WORK" <<'PY'
+import json, os, re, statistics, subprocess, sys
+kvlm, model, peer_bin, gguf, work = sys.argv[1:6]
+env = dict(os.environ, LD_LIBRARY_PATH=peer_bin)
+cases = {"kvlm": [], "llama.cpp": []}
+rates = {"kvlm": [], "llama.cpp": []}
+failed = {"kvlm": 0, "llama.cpp": 0}
+for case in json.load(open("tests/data/constrained/schemas.json")):
+    prompt = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+              f"<|im_start|>user\n{case['prompt']}<|im_end|>\n<|im_start|>assistant\n")
+    open(f"{work}/p.txt", "w").write(prompt)
+    json.dump(case["schema"], open(f"{work}/s.json", "w"))
+    r = subprocess.run([f"{peer_bin}/llama-completion", "-m", gguf, "-f", f"{work}/p.txt", "-n", "400", "--temp", "0",
+                        "-t", "2", "-no-cnv", "-jf", f"{work}/s.json"], capture_output=True, text=True, env=env)
+    # llama-completion echoes the prompt without its special tokens and ends with " [end of text]": keep what
+    # follows the last "assistant".
+    out = r.stdout[r.stdout.rfind("assistant") + len("assistant"):].lstrip("\n").rstrip("\n")
+    out = out[: -len(" [end of text]")] if out.endswith(" [end of text]") else out
+    m = re.search(r"eval time =\s*[0-9.]+ ms /\s*[0-9]+ runs.*?([0-9.]+) tokens per second", r.stderr)
+    if m: rates["llama.cpp"].append(float(m.group(1)))
+    if r.returncode != 0: failed["llama.cpp"] += 1
+    cases["llama.cpp"].append({"kind": "schema", "name": case["name"], "schema": case["schema"], "output": out})
+    r = subprocess.run([kvlm, "run", "-m", model, "-p", prompt, "-n", "400", "--temp", "0", "-t", "2", "-v",
+                        "--json-schema", f"{work}/s.json"], capture_output=True, text=True)
+    m = re.search(r"decode ([0-9.]+) tok/s", r.stderr)
+    if m: rates["kvlm"].append(float(m.group(1)))
+    if r.returncode != 0: failed["kvlm"] += 1
+    cases["kvlm"].append({"kind": "schema", "name": case["name"], "schema": case["schema"], "output": r.stdout})
+for engine in cases:
+    path = f"{work}/{engine}.jsonl"
+    open(path, "w").write("\n".join(json.dumps(c) for c in cases[engine]) + "\n")
+    check = subprocess.run(["python3", "tools/check_constrained.py", path], capture_output=True, text=True)
+    summary = check.stdout.strip().splitlines()[-1] if check.stdout.strip() else check.stderr.strip()
+    print(f"peer: {engine}: {len(cases[engine])} schemas, {failed[engine]} exited non-zero; {summary}; decode tok/s "
+          f"median {statistics.median(rates[engine]):.1f} ({min(rates[engine]):.1f}-{max(rates[engine]):.1f})")
+    if check.returncode != 0:
+        for line in check.stdout.splitlines()[:-1][:8]: print(f"peer:   {line[:300]}")
+PY
+    ;;
+*) echo "bench/constrained.sh: unknown part '$part' (corpus, mask, jump, peer)" >&2; exit 2 ;;
 esac
 done
