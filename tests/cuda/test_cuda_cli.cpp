@@ -277,3 +277,22 @@ TEST_CASE("cuda cli: a quantized model runs on --device cuda (and auto) with the
         CHECK(automatic.out == cuda.out);
     }
 }
+
+TEST_CASE("cuda cli: constrained output on the GPU: masks on the host, forced tokens one forward each, the CPU's text") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    const std::vector<std::string> args = {"run", "-m", stories_model(), "-p", "Once upon a time", "-n", "60", "--temp", "0",
+                                           "--regex", " there was a (dog|cat) named [A-Z][a-z]{2,8}\\. It was very (happy|sad)\\."};
+    std::vector<std::string> cpu_args = args, cuda_args = args;
+    cpu_args.insert(cpu_args.end(), {"--device", "cpu"});
+    cuda_args.insert(cuda_args.end(), {"--device", "cuda", "-v"});
+    CliResult cpu = run_kvlm(cpu_args), cuda = run_kvlm(cuda_args);
+    REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
+    REQUIRE_MESSAGE(cuda.exit_code == 0, cuda.err);
+    CHECK(cuda.out == cpu.out);
+    CHECK(std::regex_match(cuda.out, std::regex(" there was a (dog|cat) named [A-Z][a-z]{2,8}\\. It was very (happy|sad)\\.")));
+    // Jump-forward would take forced tokens along in a multi-token forward, whose bits differ on the GPU: it is
+    // off there, and said so.
+    CHECK(contains(cuda.err, "jump-forward is off on cuda"));
+    CHECK(contains(cuda.err, "(jump-forward off)"));
+}
