@@ -67,9 +67,26 @@ void TokenConstraint::build_trie() {
 
 const std::vector<int32_t>& TokenConstraint::allowed(int32_t state) {
     KVLM_ASSERT(state >= 0, "allowed() needs a live automaton state");
-    if (auto it = masks_.find(state); it != masks_.end()) return it->second;
+    // The ids of a cached mask, expanded from its bitset where it has one.
+    auto ids_of = [&](const Mask& mask) -> const std::vector<int32_t>& {
+        if (mask.bits.empty()) return mask.ids;
+        expanded_.clear();
+        for (size_t w = 0; w < mask.bits.size(); w++)
+            for (uint64_t word = mask.bits[w]; word != 0; word &= word - 1)
+                expanded_.push_back(int32_t(w * 64 + size_t(__builtin_ctzll(word))));
+        return expanded_;
+    };
+    if (auto it = masks_.find(state); it != masks_.end()) return ids_of(it->second);
     const auto start = std::chrono::steady_clock::now();
-    std::vector<int32_t> tokens;
+    // Allowed tokens as bits (no sort), then kept as ids if few, else as the bits.
+    const size_t n_vocab = token_bytes_.size();
+    Mask mask;
+    mask.bits.assign((n_vocab + 63) / 64, 0);
+    size_t n_allowed = 0;
+    auto allow = [&](int32_t t) {
+        mask.bits[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+        n_allowed++;
+    };
     std::vector<std::pair<int32_t, int32_t>> stack{{0, state}};  // (trie node, automaton state there)
     while (!stack.empty()) {
         const auto [node, s] = stack.back();
@@ -78,14 +95,14 @@ const std::vector<int32_t>& TokenConstraint::allowed(int32_t state) {
             const int32_t t = dfa_.next(s, edge_byte_[size_t(e)]);
             if (t == ByteDfa::kDead) continue;
             const int32_t child = edge_node_[size_t(e)];
-            tokens.insert(tokens.end(), node_tokens_.begin() + token_begin_[size_t(child)],
-                          node_tokens_.begin() + token_begin_[size_t(child) + 1]);
+            for (int32_t k = token_begin_[size_t(child)]; k < token_begin_[size_t(child) + 1]; k++)
+                allow(node_tokens_[size_t(k)]);
             if (edge_begin_[size_t(child)] < edge_begin_[size_t(child) + 1]) stack.emplace_back(child, t);
         }
     }
-    if (dfa_.accepting(state)) tokens.insert(tokens.end(), end_ids_.begin(), end_ids_.end());
-    std::sort(tokens.begin(), tokens.end());
-    if (tokens.empty())
+    if (dfa_.accepting(state))
+        for (int32_t t : end_ids_) allow(t);
+    if (n_allowed == 0)
         throw_error(
             "{}: the output so far can only go on with bytes that no token of this vocabulary writes "
             "(next possible bytes: {})",
@@ -97,8 +114,15 @@ const std::vector<int32_t>& TokenConstraint::allowed(int32_t state) {
                         list += fmt::format("{}\\x{:02x}", list.empty() ? "" : " ", b);
                 return list;
             }());
+    if (n_allowed * 32 <= n_vocab) {  // few: ids (ascending, from the bits)
+        for (size_t w = 0; w < mask.bits.size(); w++)
+            for (uint64_t word = mask.bits[w]; word != 0; word &= word - 1)
+                mask.ids.push_back(int32_t(w * 64 + size_t(__builtin_ctzll(word))));
+        mask.bits.clear();
+        mask.bits.shrink_to_fit();
+    }
     mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return masks_.emplace(state, std::move(tokens)).first->second;
+    return ids_of(masks_.emplace(state, std::move(mask)).first->second);
 }
 
 int32_t TokenConstraint::advance(int32_t state, int32_t token) {

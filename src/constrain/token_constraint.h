@@ -24,7 +24,8 @@ public:
 
     int32_t start() const { return dfa_.start(); }
     // Allowed next tokens from `state`, ascending; includes the end-of-generation ids when `state` accepts.
-    // Throws Error when the automaton wants bytes no token has (a vocabulary without that byte).
+    // Valid until the next call. Throws Error when the automaton wants bytes no token has (a vocabulary
+    // without that byte).
     const std::vector<int32_t>& allowed(int32_t state);
     // The state after `token`: kEnded for end of generation in an accepting state, kDead if not allowed.
     int32_t advance(int32_t state, int32_t token);
@@ -51,7 +52,14 @@ private:
     std::vector<int32_t> edge_node_;
     std::vector<int32_t> token_begin_;  // node i's tokens: node_tokens_[token_begin_[i] .. token_begin_[i+1])
     std::vector<int32_t> node_tokens_;
-    std::unordered_map<int32_t, std::vector<int32_t>> masks_;
+    // A cached mask: the ids when few tokens are allowed, else a bitset over the vocabulary, so that a state
+    // costs at most n_vocab / 8 bytes (a string with maxLength 500 is 500 states that allow most tokens).
+    struct Mask {
+        std::vector<int32_t> ids;
+        std::vector<uint64_t> bits;
+    };
+    std::unordered_map<int32_t, Mask> masks_;
+    std::vector<int32_t> expanded_;  // the ids of a bitset mask, for allowed()'s caller
     std::unordered_map<int32_t, std::vector<int32_t>> forced_;
     double mask_seconds_ = 0;
 
