@@ -70,6 +70,8 @@ const std::vector<int32_t>& TokenConstraint::allowed(int32_t state) {
     // The ids of a cached mask, expanded from its bitset where it has one.
     auto ids_of = [&](const Mask& mask) -> const std::vector<int32_t>& {
         if (mask.bits.empty()) return mask.ids;
+        if (expanded_state_ == state) return expanded_;  // the same state again (a free string, say)
+        expanded_state_ = state;
         expanded_.clear();
         for (size_t w = 0; w < mask.bits.size(); w++)
             for (uint64_t word = mask.bits[w]; word != 0; word &= word - 1)

@@ -60,6 +60,7 @@ private:
     };
     std::unordered_map<int32_t, Mask> masks_;
     std::vector<int32_t> expanded_;  // the ids of a bitset mask, for allowed()'s caller
+    int32_t expanded_state_ = -1;    // whose mask expanded_ holds
     std::unordered_map<int32_t, std::vector<int32_t>> forced_;
     double mask_seconds_ = 0;
 
