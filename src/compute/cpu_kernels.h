@@ -63,8 +63,9 @@ struct AttentionQueries {
 // Keys of one attend_block call: kAttentionChunk positions key0 .. key0 + n_keys - 1 (key0 a multiple of
 // kAttentionChunk, whatever the KV block size, so that results do not depend on it); key j's row at k[j]
 // and its value row at v[j] (dtype f32, f16, bf16, or q8_0 whose elements are read as the exact f32
-// products d * q). Every query's last is >= key0. widened: scratch for 2 * kAttentionChunk * head_dim
-// floats where dtype is q8_0 (a path may widen the chunk's rows there once for all its queries).
+// products d * q). Every query's last is >= key0, and the queries are in increasing last. widened: scratch
+// for 2 * kAttentionChunk * head_dim floats (a path may widen the chunk's rows there once for all its
+// queries), or null.
 constexpr int32_t kAttentionChunk = 32;
 struct AttentionKeys {
     const void* const* k;

@@ -107,37 +107,50 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
     if (n <= 0) return;
     const int32_t head_dim = layout.head_dim, group = n_heads / layout.n_kv_heads;
     const CpuKernels& kernels = cpu_kernels();  // looked up once, not per chunk
-    // A task is one head over a tile of consecutive queries: each chunk of keys is read once for the whole
-    // tile (and stays in L1 while its queries use it). Every query's result is the same bits whatever the
-    // tile, so the tiling is free to change with n.
+    // A task is a tile of consecutive queries of the query heads that share a KV head (or of one head, where
+    // that leaves too few tasks for the threads, as in decode): each chunk of keys is read once for all its
+    // query rows (and stays in L1 while they use it). Every query's result is the same bits whatever the
+    // tile and grouping, so both are free to change with n.
     constexpr int32_t kTileQueries = 16;
     const int32_t n_tiles = (n + kTileQueries - 1) / kTileQueries;
+    const int32_t n_threads = pool ? pool->n_threads() : 1;
+    const int32_t heads_per_task = int64_t(n_tiles) * layout.n_kv_heads >= 4 * n_threads ? group : 1;
+    const int32_t n_head_groups = n_heads / heads_per_task;
     auto task = [&](int64_t index) {
         // Costliest first (the last tiles see the most keys), for the dynamic scheduling below.
-        const int32_t tile = n_tiles - 1 - int32_t(index / n_heads), h = int32_t(index % n_heads);
-        const int32_t t0 = tile * kTileQueries, n_q = std::min(kTileQueries, n - t0), kv_head = h / group;
+        const int32_t tile = n_tiles - 1 - int32_t(index / n_head_groups);
+        const int32_t h0 = int32_t(index % n_head_groups) * heads_per_task, kv_head = h0 / group;
+        const int32_t t0 = tile * kTileQueries, n_tokens = std::min(kTileQueries, n - t0);
+        const int32_t n_q = n_tokens * heads_per_task;
         // Per thread; grows once (decode does not allocate).
         thread_local std::vector<float> state;
         thread_local std::vector<int32_t> last, order;
-        const size_t n_widened = layout.dtype == DType::q8_0 ? size_t(2 * kAttentionChunk) * size_t(head_dim) : 0;
+        const size_t n_widened = size_t(2 * kAttentionChunk) * size_t(head_dim);
         const size_t n_state = size_t(n_q) * size_t(2 * head_dim + 2) + size_t(kAttentionChunk) + n_widened;
         if (state.size() < n_state) state.resize(n_state);
         last.resize(size_t(n_q));
-        // The tile's queries in increasing position (a forward pass gives them so; tests may not), so that
-        // the queries seeing a chunk of keys are always a suffix of the tile.
+        // Query rows (token t0 + r / heads_per_task, head h0 + r % heads_per_task) in increasing position (a
+        // forward pass gives the tokens so; tests may not), so that the rows seeing a chunk of keys are always a
+        // suffix.
         order.resize(size_t(n_q));
-        std::iota(order.begin(), order.end(), t0);
-        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return positions[a] < positions[b]; });
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+            return positions[t0 + a / heads_per_task] < positions[t0 + b / heads_per_task];
+        });
+        auto row_offset = [&](int32_t i) {  // of query row i (in position order) in q and out
+            const int32_t r = order[size_t(i)], t = t0 + r / heads_per_task, h = h0 + r % heads_per_task;
+            return (int64_t(t) * n_heads + h) * head_dim;
+        };
         float* queries = state.data();
         float* o = queries + size_t(n_q) * size_t(head_dim);
         float* m = o + size_t(n_q) * size_t(head_dim);
         float* l = m + n_q;
         float* scores = l + n_q;
-        float* widened = n_widened ? scores + kAttentionChunk : nullptr;
+        float* widened = scores + kAttentionChunk;
         for (int32_t i = 0; i < n_q; i++) {
-            const float* qh = q + (int64_t(order[size_t(i)]) * n_heads + h) * head_dim;
+            const float* qh = q + row_offset(i);
             std::copy(qh, qh + head_dim, queries + int64_t(i) * head_dim);
-            last[size_t(i)] = positions[order[size_t(i)]];
+            last[size_t(i)] = positions[t0 + order[size_t(i)] / heads_per_task];
             m[i] = -INFINITY;
             l[i] = 0.0f;
         }
@@ -146,7 +159,7 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
         const int32_t last_key = last[size_t(n_q - 1)];
         const void* k_rows[kAttentionChunk];
         const void* v_rows[kAttentionChunk];
-        int32_t first = 0;  // the first query (in position order) that sees the chunk
+        int32_t first = 0;  // the first query row (in position order) that sees the chunk
         for (int32_t key0 = 0; key0 <= last_key; key0 += kAttentionChunk) {
             while (last[size_t(first)] < key0) first++;
             const int32_t n_keys = std::min(kAttentionChunk, last_key - key0 + 1);
@@ -169,12 +182,12 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
             kernels.attend_block(tile_queries, AttentionKeys{k_rows, v_rows, layout.dtype, key0, n_keys, widened});
         }
         for (int32_t i = 0; i < n_q; i++) {
-            float* oh = out + (int64_t(order[size_t(i)]) * n_heads + h) * head_dim;
+            float* oh = out + row_offset(i);
             const float inv_sum = 1.0f / l[i];
             for (int32_t d = 0; d < head_dim; d++) oh[d] = o[int64_t(i) * head_dim + d] * inv_sum;
         }
     };
-    const int64_t n_tasks = int64_t(n_tiles) * n_heads;
+    const int64_t n_tasks = int64_t(n_tiles) * n_head_groups;
     // Small jobs (a few short heads) run on the calling thread: waking workers costs more.
     const int64_t work = int64_t(n) * n_heads * (int64_t(positions[n - 1]) + 1) * head_dim;
     if (pool && work >= (1 << 15)) {

@@ -494,6 +494,13 @@ TEST_CASE("cpu_ops: kv_write + paged_attention == contiguous causal GQA attentio
                         if (first.empty()) first = got;
                         else CHECK(same_bits(first.data(), got.data(), got.size()));
                     }
+                    // The same bits on every SIMD path (each path has its own ways through a chunk: per query,
+                    // or widened once for a tile of queries and heads).
+                    test::for_each_cpu_path([&](CpuPath path) {
+                        CAPTURE(cpu_path_name(path));
+                        std::vector<float> got = run_attention(c, 16, n_ctx, k, v, q, query_positions, &pool3);
+                        CHECK(same_bits(first.data(), got.data(), got.size()));
+                    });
                     // Each query alone (as in decode) gives the bits it has in the batch.
                     const size_t per_query = size_t(n_heads * head_dim);
                     for (size_t t = 0; t < query_positions.size(); t += 7) {
