@@ -26,7 +26,11 @@ std::string start_fresh_hint(const std::string& name) {
 // checksummed while it is in cache); otherwise into a staging area of up to kStagingBytes, handed to the
 // backend one batch at a time (write_kv_blocks: a GPU copies a batch without waiting between blocks). A block
 // after one that failed may be left unread (its problem then says so): nothing past the first failure is kept.
+// From a cold page cache the readers wait on the disk, not the CPU: more of them keep more reads in flight
+// (a 1549-token store, 97 files: 0.89-0.92 GB/s with 2 readers, 0.98-1.21 with 16, where `dd` reads the same
+// bytes as one file at 1.2-1.3 GB/s); from a warm one, readers beyond the cores only slow it down.
 constexpr int kMaxReaders = 4;
+constexpr int kMaxColdReaders = 16;
 constexpr size_t kStagingBytes = size_t(256) << 20;
 
 size_t read_blocks(Backend& backend, const SessionStore& store, const SessionManifest& m,
@@ -73,8 +77,11 @@ size_t read_blocks(Backend& backend, const SessionStore& store, const SessionMan
         };
         // Extra readers only where there is enough to share; a thread that cannot start leaves its share to
         // the others (the calling thread always reads).
-        const size_t n_readers = std::min<size_t>(
-            {size_t(kMaxReaders), std::max(1u, std::thread::hardware_concurrency()), (end - begin + 7) / 8});
+        const size_t n_readers =
+            store.block_cached(m.blocks[indices[begin]].hash)
+                ? std::min<size_t>({size_t(kMaxReaders), std::max(1u, std::thread::hardware_concurrency()),
+                                    (end - begin + 7) / 8})
+                : std::min<size_t>(size_t(kMaxColdReaders), (end - begin + 3) / 4);
         std::vector<std::thread> helpers;
         for (size_t t = 1; t < n_readers; t++) {
             try {

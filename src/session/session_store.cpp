@@ -275,6 +275,16 @@ BlockFileHeader read_block_header(InputFile& file, const std::string& path) {
 
 }  // namespace
 
+bool SessionStore::block_cached(const BlockHash& hash) const {
+    try {
+        InputFile file;
+        uint8_t byte;
+        return file.open(block_path(hash)) && file.read_cached_at(&byte, 1, 0);
+    } catch (const Error&) {
+        return false;
+    }
+}
+
 std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace,
                                      const BlockRecordShape& shape, void* record) const {
     bool mapped = false;

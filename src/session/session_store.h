@@ -87,6 +87,9 @@ public:
     std::vector<std::string> session_names() const;  // sorted
     SessionManifest load_manifest(const std::string& name) const;  // throws Error naming the file and problem
 
+    // Whether the first bytes of a block's file are in the page cache (false also when it is missing or
+    // unreadable: read_block then says why). A restore reads a cold store with more threads.
+    bool block_cached(const BlockHash& hash) const;
     // Reads and verifies one block file (header fields against ref/namespace/shape, payload checksum against
     // the header and ref.checksum) into `record` (shape.full_bytes(); a restore passes the pool block itself),
     // a partial block's packed rows moved to their slots. Returns "", or the problem ("missing", "checksum
