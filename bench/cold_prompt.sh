@@ -8,7 +8,7 @@
 # engines (llama.cpp: -ctk/-ctv, with flash attention on, which its quantized V cache needs). Uses the peer
 # build and models of bench/peer_llamacpp.sh (run that first). Not part of `make test` or CI.
 #   usage: bench/cold_prompt.sh     env: TYPES="f16 q4_1" KV_TYPES="f16 q8_0" REPS=3 THREADS=<cores> TOKENS=1709
-#                                        PEER_CACHE KVLM
+#                                        PEER_CACHE KVLM PEER_CPU (avx2: as bench/peer_llamacpp.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVLM=${KVLM:-./kvlm}
@@ -17,9 +17,14 @@ KV_TYPES=${KV_TYPES:-"f16 q8_0"}
 REPS=${REPS:-3}
 THREADS=${THREADS:-$(nproc)}
 TOKENS=${TOKENS:-1709}
-PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer}
+PEER_CPU=${PEER_CPU:-native}
+case "$PEER_CPU" in
+    native) PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer} ;;
+    avx2) PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer}-avx2; export KVLM_CPU_PATH=avx2 ;;
+    *) echo "cold_prompt: error: PEER_CPU must be native or avx2" >&2; exit 1 ;;
+esac
 BIN="$PEER_CACHE/llama.cpp/build/bin"
-WORK="$PEER_CACHE/models"
+WORK="${PEER_CACHE%-avx2}/models"
 TEXT=/usr/share/common-licenses/GPL-3
 
 die() { echo "cold_prompt: error: $*" >&2; exit 1; }

@@ -8,6 +8,8 @@
 # both means and the ratio. Not part of `make test` or CI.
 #   usage: bench/peer_llamacpp.sh     env: TYPES="bf16 f16 q8_0 q4_0 q4_1" REPS=3 THREADS=<cores> PP=512 TG=128
 #          PEER_CACHE (default ~/.cache/kvlm-peer), KVLM (default ./kvlm)
+#          PEER_CPU=avx2: both engines as on an AVX2-only machine (llama.cpp built with AVX2/FMA/F16C/BMI2 and
+#          no AVX-512 into $PEER_CACHE-avx2, kvlm with KVLM_CPU_PATH=avx2), to measure that path on this one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVLM=${KVLM:-./kvlm}
@@ -16,10 +18,15 @@ REPS=${REPS:-3}
 THREADS=${THREADS:-$(nproc)}
 PP=${PP:-512}
 TG=${TG:-128}
-PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer}
+PEER_CPU=${PEER_CPU:-native}
+case "$PEER_CPU" in
+    native) PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer} ;;
+    avx2) PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer}-avx2; export KVLM_CPU_PATH=avx2 ;;
+    *) echo "peer: error: PEER_CPU must be native or avx2" >&2; exit 1 ;;
+esac
 SDIST_SPEC="llama-cpp-python==0.3.36"
 SOURCE_GGUF=models/cache/SmolLM2-135M-Instruct.Q4_1.gguf
-WORK="$PEER_CACHE/models"
+WORK="${PEER_CACHE%-avx2}/models"  # the same models whatever the CPU flags
 
 say() { echo "peer: $*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -34,6 +41,10 @@ mkdir -p "$PEER_CACHE" "$WORK"
 # SIGILL (tilezero) on the first Q8_0 matmul. There, every other feature the CPU lists, explicitly.
 has_flag() { grep -m1 '^flags' /proc/cpuinfo | grep -qw "$1"; }
 peer_arch_flags() {
+    if [ "$PEER_CPU" = avx2 ]; then
+        echo "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+        return
+    fi
     if ! has_flag amx_tile; then echo "-DGGML_NATIVE=ON"; return; fi
     local f="-DGGML_NATIVE=OFF"
     for pair in avx:GGML_AVX avx2:GGML_AVX2 fma:GGML_FMA f16c:GGML_F16C bmi2:GGML_BMI2 avx_vnni:GGML_AVX_VNNI \
@@ -43,7 +54,11 @@ peer_arch_flags() {
     done
     echo "$f"
 }
-peer_arch_text() { has_flag amx_tile && echo "the CPU's features but AMX" || echo "GGML_NATIVE=ON"; }
+peer_arch_text() {
+    if [ "$PEER_CPU" = avx2 ]; then echo "both engines AVX2 only: llama.cpp AVX2/FMA/F16C/BMI2, kvlm's avx2 path"
+    elif has_flag amx_tile; then echo "the CPU's features but AMX"
+    else echo "GGML_NATIVE=ON"; fi
+}
 
 # 1. llama.cpp's source from the sdist, built once.
 LLAMA="$PEER_CACHE/llama.cpp"
