@@ -190,6 +190,15 @@ public:
     }
     // A restore's batch: one copy per run of consecutive block ids, and one wait at the end (the driver stages
     // pageable memory itself) instead of a synchronous copy per block.
+    void* kv_staging(size_t n) override {
+        const size_t bytes = n * kv_block_bytes();
+        if (bytes > kv_staging_bytes_) {
+            kv_staging_.reset();  // the old one first: pinned memory is scarce
+            kv_staging_ = std::make_unique<PinnedBuffer>(bytes);
+            kv_staging_bytes_ = bytes;
+        }
+        return kv_staging_->data();
+    }
     void write_kv_blocks(const int32_t* blocks, size_t n, const void* src) override {
         for (size_t k = 0; k < n; k++) check_block(blocks[k], "write_kv_blocks");
         const size_t bytes = kv_block_bytes();
@@ -662,6 +671,8 @@ private:
     int32_t table_at() const { return 2 * max_batch_ + 2; }
     int32_t* ints_ = nullptr;
     std::unique_ptr<PinnedBuffer> ints_host_;  // pinned mirror of ints_
+    std::unique_ptr<PinnedBuffer> kv_staging_;  // a session restore's blocks on their way to the device
+    size_t kv_staging_bytes_ = 0;
     int64_t table_capacity_ = 0;
     bool fused_decode_ = false;  // single-token steps use the fused decode kernels (gate and up share a dtype)
     bool use_graphs_ = false;    // ... and replay them as CUDA graphs

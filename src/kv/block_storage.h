@@ -28,6 +28,10 @@ public:
     // Gives every block fresh untouched memory, as a new process's pool has it (for a benchmark of a cold
     // restore; no block may be in use). A no-op where that makes no difference (device memory).
     virtual void make_kv_memory_cold() {}
+    // Host memory for n block records one after another, from which write_kv_blocks copies fastest (a device
+    // backend's pinned buffer, kept for later restores: no page faults, no zeroing, a direct DMA); valid until
+    // the next call. nullptr where the caller's own memory does as well.
+    virtual void* kv_staging(size_t n) { return nullptr; }
     // write_kv_block for n blocks whose records lie one after another at src (a restore's batch): a device
     // backend copies them without waiting between blocks.
     virtual void write_kv_blocks(const int32_t* blocks, size_t n, const void* src) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <ctime>
 #include <system_error>
+#include <memory>
 #include <thread>
 
 #include "util/byte_size.h"
@@ -42,12 +43,23 @@ size_t read_blocks(Backend& backend, const SessionStore& store, const SessionMan
     if (indices.empty()) return 0;
     const bool staged = backend.host_kv_block(blocks[0]) == nullptr;
     const size_t batch = staged ? std::max<size_t>(1, kStagingBytes / block_bytes) : indices.size();
-    std::vector<uint8_t> staging(staged ? std::min(batch, indices.size()) * block_bytes : 0);
+    // The backend's staging memory where it has some (pinned), else ours, left uninitialised: every byte that is
+    // copied on was read and verified first.
+    std::unique_ptr<uint8_t[]> own_staging;
+    uint8_t* staging = nullptr;
+    if (staged) {
+        const size_t n_staged = std::min(batch, indices.size());
+        staging = static_cast<uint8_t*>(backend.kv_staging(n_staged));
+        if (!staging) {
+            own_staging.reset(new uint8_t[n_staged * block_bytes]);
+            staging = own_staging.get();
+        }
+    }
     std::atomic<size_t> first_failed{SIZE_MAX}, n_mapped{0};
     for (size_t begin = 0; begin < indices.size() && first_failed.load() == SIZE_MAX; begin += batch) {
         const size_t end = std::min(indices.size(), begin + batch);
         auto target = [&](size_t k) {
-            return staged ? static_cast<void*>(staging.data() + (k - begin) * block_bytes)
+            return staged ? static_cast<void*>(staging + (k - begin) * block_bytes)
                           : backend.host_kv_block(blocks[k]);
         };
         std::atomic<size_t> next{begin};
@@ -95,7 +107,7 @@ size_t read_blocks(Backend& backend, const SessionStore& store, const SessionMan
         if (!staged) continue;
         size_t n_good = begin;  // this batch's blocks before the first failure: the only ones kept
         while (n_good < end && (*problems)[indices[n_good]].empty()) n_good++;
-        backend.write_kv_blocks(blocks.data() + begin, n_good - begin, staging.data());
+        backend.write_kv_blocks(blocks.data() + begin, n_good - begin, staging);
     }
     // Blocks of batches never started (after a failure) are not kept either.
     for (size_t k = 0; k < indices.size(); k++)
