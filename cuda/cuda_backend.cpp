@@ -188,8 +188,6 @@ public:
                                    cudaMemcpyHostToDevice, stream()));
         CUDA_CHECK(cudaStreamSynchronize(stream()));
     }
-    // A restore's batch: one copy per run of consecutive block ids, and one wait at the end (the driver stages
-    // pageable memory itself) instead of a synchronous copy per block.
     void* kv_staging(size_t n) override {
         const size_t bytes = n * kv_block_bytes();
         if (bytes > kv_staging_bytes_) {
@@ -199,6 +197,8 @@ public:
         }
         return kv_staging_->data();
     }
+    // A restore's batch: one copy per run of consecutive block ids, and one wait at the end (from the pinned
+    // kv_staging, a direct DMA) instead of a synchronous copy per block.
     void write_kv_blocks(const int32_t* blocks, size_t n, const void* src) override {
         for (size_t k = 0; k < n; k++) check_block(blocks[k], "write_kv_blocks");
         const size_t bytes = kv_block_bytes();

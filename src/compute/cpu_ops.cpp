@@ -109,8 +109,8 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
     const CpuKernels& kernels = cpu_kernels();  // looked up once, not per chunk
     // A task is a tile of consecutive queries of the query heads that share a KV head (or of one head, where
     // that leaves too few tasks for the threads): each chunk of keys is read once for all its query rows (and
-    // stays in L1 while they use it). Every query's result is the same bits whatever the
-    // tile and grouping, so both are free to change with n.
+    // stays in L1 while they use it). Every query's result is the same bits whatever the tile and grouping, so
+    // both are free to change with n.
     constexpr int32_t kTileQueries = 16;
     const int32_t n_tiles = (n + kTileQueries - 1) / kTileQueries;
     const int32_t n_threads = pool ? pool->n_threads() : 1;
