@@ -34,6 +34,10 @@ constexpr int32_t kLogitsRows = 256;          // rows of the logits buffer (all-
 constexpr int64_t kAttentionSplitRows = 256;  // (head, split) rows per query head of attention scratch
 constexpr size_t kStagingBytes = 32u << 20;   // per pinned staging buffer (two, double-buffered)
 constexpr int32_t kTensorCorePrefillMin = 16;  // batch size from which prefill attention uses tensor cores
+// forward() of up to this many tokens runs them as decode rows (forward_rows), each with the bits of its own
+// one-token step: speculative verification and jump-forward rely on it. Longer batches are prefill GEMMs.
+constexpr int32_t kExactForwardTokens = 16;
+constexpr int32_t kRowsPerPass = 64;  // decode rows (of any sequences) one forward_rows pass takes
 
 constexpr int64_t kDequantTileElements = int64_t(16) << 20;  // f16 scratch for prefill weight tiles (32 MiB)
 
@@ -227,6 +231,11 @@ public:
             decode_step(tokens[0], pos, table, logits);
             return;
         }
+        if (n_tokens <= exact_forward_tokens()) {
+            const SequenceInput input{tokens, n_tokens, pos, &table, logits, all_logits};
+            forward_rows(&input, 1);
+            return;
+        }
         const int64_t n_blocks_used = (int64_t(pos) + n_tokens + layout_.block_size - 1) / layout_.block_size;
         ensure_table_capacity(n_blocks_used);
         for (int32_t start = 0; start < n_tokens; start += max_batch_) {
@@ -248,8 +257,194 @@ public:
         CUDA_CHECK(cudaStreamSynchronize(stream()));
     }
 
+    // Every sequence's tokens as decode rows, all rows through each weight matrix together (forward_rows): each
+    // sequence gets the logits bits of forward() of it alone, one token at a time.
+    void forward_sequences(const SequenceInput* inputs, size_t n_inputs) override {
+        if (!fused_decode_) {
+            Backend::forward_sequences(inputs, n_inputs);
+            return;
+        }
+        for (size_t i = 0; i < n_inputs; i++) {
+            const SequenceInput& in = inputs[i];
+            if (!in.table) throw_error("cuda backend: forward_sequences: sequence {} has no block table", i);
+            check_forward(in.tokens, in.n_tokens, in.pos, *in.table);
+        }
+        forward_rows(inputs, n_inputs);
+    }
+
+    int32_t exact_forward_tokens() const override { return fused_decode_ ? kExactForwardTokens : 0; }
+
 private:
     cudaStream_t stream() const { return stream_->stream; }
+
+    // One decode row of forward_rows: a token of a sequence, where its logits go (null: not wanted).
+    struct DecodeRow {
+        int32_t token, pos, input;
+        float* logits;
+    };
+
+    // The tokens of `inputs` (checked) as rows of the decode step's kernels, kRowsPerPass rows per pass in
+    // sequence order (a sequence's later rows attend to its earlier ones, written in the same or an earlier
+    // pass): each GEMV streams its weights once per 8 rows (launch_gemv_tokens), RoPE/KV writes and attention
+    // take every row's own block table in one launch, and attention runs each row with the split count of
+    // its own decode step. So every row has the bits of its one-token step.
+    void forward_rows(const SequenceInput* inputs, size_t n_inputs) {
+        std::vector<DecodeRow> rows;
+        for (size_t i = 0; i < n_inputs; i++) {
+            const SequenceInput& in = inputs[i];
+            for (int32_t t = 0; t < in.n_tokens; t++) {
+                float* dst = nullptr;
+                if (in.logits && in.all_logits) dst = in.logits + int64_t(t) * config_.n_vocab;
+                else if (in.logits && t + 1 == in.n_tokens) dst = in.logits;
+                rows.push_back({in.tokens[t], in.pos + t, int32_t(i), dst});
+            }
+        }
+        const size_t pass_rows = size_t(std::min({kRowsPerPass, max_batch_, kLogitsRows}));
+        for (size_t r0 = 0; r0 < rows.size(); r0 += pass_rows) {
+            const size_t n = std::min(pass_rows, rows.size() - r0);
+            run_rows_pass(inputs, rows.data() + r0, int32_t(n));
+        }
+    }
+
+    void run_rows_pass(const SequenceInput* inputs, const DecodeRow* rows, int32_t n) {
+        // Tables: each sequence of the pass once, as far as its last row in the pass reaches.
+        std::vector<int32_t> table_of(static_cast<size_t>(n)), blocks;
+        std::map<int32_t, int32_t> placed;  // input -> offset of its table
+        for (int32_t r = 0; r < n; r++) {
+            const int32_t input = rows[r].input;
+            int32_t last_pos = rows[r].pos;
+            for (int32_t q = r + 1; q < n && rows[q].input == input; q++) last_pos = rows[q].pos;
+            auto it = placed.find(input);
+            if (it == placed.end()) {
+                const int32_t used = last_pos / layout_.block_size + 1;
+                it = placed.emplace(input, int32_t(blocks.size())).first;
+                const std::vector<int32_t>& b = inputs[input].table->blocks;
+                blocks.insert(blocks.end(), b.begin(), b.begin() + used);
+            }
+            table_of[size_t(r)] = it->second;
+        }
+        ensure_table_capacity(int64_t(blocks.size()));
+        CUDA_CHECK(cudaStreamSynchronize(stream()));  // the pinned staging may still feed the last upload
+        int32_t* host = reinterpret_cast<int32_t*>(ints_host_->data());
+        for (int32_t r = 0; r < n; r++) {
+            host[r] = rows[r].token;
+            host[positions_at() + r] = rows[r].pos;
+            host[rows_at() + r] = table_of[size_t(r)];
+        }
+        std::memcpy(host + table_at(), blocks.data(), blocks.size() * sizeof(int32_t));
+        CUDA_CHECK(cudaMemcpyAsync(ints_, host, (size_t(table_at()) + blocks.size()) * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, stream()));
+
+        // Attention launches: runs of consecutive rows whose own decode steps split alike, each run within
+        // what the scratch holds (rows * n_heads * splits partial rows).
+        struct AttentionRun {
+            int32_t first, n, n_splits;
+        };
+        std::vector<AttentionRun> runs;
+        for (int32_t r = 0; r < n; r++) {
+            const int32_t splits = paged_attention_split_count(1, config_.n_heads, layout_.n_kv_heads, rows[r].pos + 1,
+                                                               prop_.multiProcessorCount, attention_);
+            const int64_t max_rows = splits > 1 ? attention_.max_rows / (int64_t(config_.n_heads) * splits) : n;
+            if (!runs.empty() && runs.back().n_splits == splits && runs.back().first + runs.back().n == r &&
+                runs.back().n < max_rows)
+                runs.back().n++;
+            else
+                runs.push_back({r, 1, splits});
+        }
+        // Replayed as a CUDA graph per pass shape (rows and attention runs: steps of beams or samples repeat
+        // theirs until a context length changes a split count).
+        const auto enqueue = [&] { enqueue_rows(n, runs.data(), runs.size()); };
+        if (use_graphs_) {
+            std::vector<int32_t> shape = {n};
+            for (const AttentionRun& run : runs) shape.insert(shape.end(), {run.first, run.n, run.n_splits});
+            rows_graphs_.launch(rows_graph_key(shape), stream(), enqueue);
+        } else {
+            enqueue();
+        }
+
+        // Logits: the wanted rows normalised side by side into h_, one head GEMV over them, each copied back.
+        const ModelConfig& c = config_;
+        int32_t n_wanted = 0;
+        for (int32_t r = 0; r < n;) {
+            if (!rows[r].logits) {
+                r++;
+                continue;
+            }
+            int32_t run = 1;
+            while (r + run < n && rows[r + run].logits) run++;
+            launch_rmsnorm(h_ + int64_t(n_wanted) * c.n_embd, x_ + int64_t(r) * c.n_embd,
+                           static_cast<const float*>(weights_.output_norm.data), run, c.n_embd, c.norm_eps, stream());
+            n_wanted += run;
+            r += run;
+        }
+        if (n_wanted > 0) {
+            GemvOutput head;
+            head.out = logits_, head.weight = weights_.output.data, head.dtype = weights_.output.dtype;
+            head.n_out = c.n_vocab;
+            launch_gemv_tokens(&head, 1, h_, n_wanted, c.n_embd, nullptr, 0.0f, false, stream());
+            int32_t w = 0;
+            for (int32_t r = 0; r < n; r++) {
+                if (!rows[r].logits) continue;
+                CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w++) * c.n_vocab,
+                                           size_t(c.n_vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream()));
+            }
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream()));
+    }
+
+    // The graph key of a pass shape; at most kMaxRowGraphs shapes are kept (then all are dropped and recaptured).
+    int64_t rows_graph_key(const std::vector<int32_t>& shape) {
+        constexpr size_t kMaxRowGraphs = 64;
+        auto it = rows_graph_keys_.find(shape);
+        if (it != rows_graph_keys_.end()) return it->second;
+        if (rows_graph_keys_.size() >= kMaxRowGraphs) {
+            rows_graphs_.clear();
+            rows_graph_keys_.clear();
+        }
+        const int64_t key = int64_t(rows_graph_keys_.size());
+        rows_graph_keys_.emplace(shape, key);
+        return key;
+    }
+
+    // The decode step's kernels over n rows uploaded into ints_ (tokens, positions, table offsets, tables).
+    template <typename Run>
+    void enqueue_rows(int32_t n, const Run* runs, size_t n_runs) {
+        const ModelConfig& c = config_;
+        const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim, kv_dim = int32_t(layout_.row_elements());
+        const int32_t *tokens = ints_, *positions = ints_ + positions_at(), *row_tables = ints_ + rows_at();
+        const int32_t* tables = ints_ + table_at();
+        cudaStream_t s = stream();
+        const auto f32 = [](const TensorView& v) { return static_cast<const float*>(v.data); };
+        const auto output = [](float* out, const TensorView& w, const TensorView* bias, int32_t n_out) {
+            GemvOutput o;
+            o.out = out, o.weight = w.data, o.dtype = w.dtype, o.n_out = n_out;
+            o.bias = bias ? static_cast<const float*>(bias->data) : nullptr;
+            return o;
+        };
+        launch_embed(x_, tokens, weights_.token_embd.data, weights_.token_embd.dtype, n, dim, s);
+        for (int32_t layer = 0; layer < c.n_layers; layer++) {
+            const LayerWeights& lw = weights_.layers[size_t(layer)];
+            const bool bias = c.qkv_bias;
+            const GemvOutput qkv[3] = {output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
+                                       output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
+                                       output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
+            launch_gemv_tokens(qkv, 3, x_, n, dim, f32(lw.attn_norm), c.norm_eps, false, s);
+            launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, tables, positions, inv_freq_, n, c.n_heads, s,
+                                 row_tables);
+            for (size_t i = 0; i < n_runs; i++) {
+                const int64_t at = int64_t(runs[i].first) * q_dim;
+                launch_paged_attention_splits(att_ + at, q_ + at, kv_, layout_, layer, tables, positions + runs[i].first,
+                                              runs[i].n, c.n_heads, runs[i].n_splits, prop_.multiProcessorCount,
+                                              attention_, s, row_tables + runs[i].first);
+            }
+            const GemvOutput attn_out = output(x_, lw.attn_output, nullptr, dim);
+            launch_gemv_tokens(&attn_out, 1, att_, n, q_dim, nullptr, 0.0f, true, s);  // x += W_o att
+            launch_gemv_swiglu_tokens(gate_, x_, n, lw.ffn_gate.data, lw.ffn_up.data, lw.ffn_gate.dtype, dim, c.n_ff,
+                                      f32(lw.ffn_norm), c.norm_eps, s);
+            const GemvOutput ffn_out = output(x_, lw.ffn_down, nullptr, dim);
+            launch_gemv_tokens(&ffn_out, 1, gate_, n, c.n_ff, nullptr, 0.0f, true, s);  // x += W_down swiglu
+        }
+    }
 
     void check_block(int32_t block, const char* what) const { check_kv_block("cuda backend", block, n_kv_blocks_, what); }
 
@@ -401,6 +596,8 @@ private:
         ints_host_ = std::make_unique<PinnedBuffer>(count * sizeof(int32_t));
         table_capacity_ = n_blocks;
         decode_graphs_.clear();  // their kernels read the old ints_
+        rows_graphs_.clear();
+        rows_graph_keys_.clear();
     }
 
     void matmul(float* out, const float* in, const TensorView& w, int32_t n) {
@@ -663,12 +860,13 @@ private:
     uint16_t* dequant_ = nullptr;   // [dequant_elements] f16: one tile of a quantized matrix's rows (prefill)
     int64_t dequant_elements_ = 0;
     AttentionScratch attention_;
-    // ints_: [max_batch] tokens and [max_batch] positions of a batch, the decode step's token and position,
-    // then [table_capacity] block table; the decode pair sits next to the table so that a decode step uploads
+    // ints_: [max_batch] tokens, [max_batch] positions and [max_batch] table offsets (forward_rows) of a batch,
+    // the decode step's token and position, then [table_capacity] block table (forward_rows: several); the decode pair sits next to the table so that a decode step uploads
     // 2 + n_blocks ints in one copy.
     int32_t positions_at() const { return max_batch_; }
-    int32_t decode_at() const { return 2 * max_batch_; }
-    int32_t table_at() const { return 2 * max_batch_ + 2; }
+    int32_t rows_at() const { return 2 * max_batch_; }  // forward_rows: each row's offset into the tables
+    int32_t decode_at() const { return 3 * max_batch_; }
+    int32_t table_at() const { return 3 * max_batch_ + 2; }
     int32_t* ints_ = nullptr;
     std::unique_ptr<PinnedBuffer> ints_host_;  // pinned mirror of ints_
     std::unique_ptr<PinnedBuffer> kv_staging_;  // a session restore's blocks on their way to the device
@@ -677,6 +875,8 @@ private:
     bool fused_decode_ = false;  // single-token steps use the fused decode kernels (gate and up share a dtype)
     bool use_graphs_ = false;    // ... and replay them as CUDA graphs
     GraphCache decode_graphs_;   // keyed by the attention split count and whether the step samples
+    GraphCache rows_graphs_;     // forward_rows passes, keyed through rows_graph_keys_ by their shape
+    std::map<std::vector<int32_t>, int64_t> rows_graph_keys_;
     std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
     SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample)
     SampleResult* sample_out_ = nullptr;      // device: its result

@@ -95,10 +95,12 @@ void launch_paged_attention(float* out,                  // [n, n_heads, head_di
 // scratch.max_rows when n_splits > 1; 1 <= n_splits <= 1024. Both launchers give each query head its own
 // thread block when a block per GQA group would leave multiprocessors idle (fewer blocks than n_sms); the
 // bits are the same either way.
+// row_tables (null: every query reads block_table): query t reads the table at block_table + row_tables[t], so
+// one launch serves the rows of several sequences (the batched exact forward).
 void launch_paged_attention_splits(float* out, const float* q, const void* kv, const KvLayout& layout,
                                    int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
                                    int32_t n_heads, int32_t n_splits, int32_t n_sms, const AttentionScratch& scratch,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, const int32_t* row_tables = nullptr);
 // The split count launch_paged_attention picks for these arguments (1 = unsplit).
 int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t max_keys, int32_t n_sms,
                                     const AttentionScratch& scratch);
@@ -131,7 +133,8 @@ void launch_rope_kv_write(float* q,                    // [n, n_heads, head_dim]
                           const int32_t* block_table,  // [>= max(positions) / block_size + 1]
                           const int32_t* positions,    // [n]
                           const float* inv_freq,       // [head_dim / 2]
-                          int32_t n, int32_t n_heads, cudaStream_t stream);
+                          int32_t n, int32_t n_heads, cudaStream_t stream,
+                          const int32_t* row_tables = nullptr);  // [n] per-token table offsets, as attention's
 
 // gemv.cu: single-token matrix-vector products for decode (batch 1 is memory-bound: each weight is read
 // once with 16-byte loads, f32 accumulation, no activation conversion and no cuBLAS, so the products can be
@@ -160,6 +163,15 @@ void launch_gemv_swiglu(float* out,                // [n_ff]; must not alias x
                         DType dtype, int32_t n_in, int32_t n_ff,
                         const float* norm_weight,  // [n_in] or null
                         float norm_eps, cudaStream_t stream);
+
+// Both for n_tokens inputs at once (x [n_tokens, n_in], each output [n_tokens, n_out] dense): each weight
+// chunk is read once for up to 8 tokens, and every token gets the bits of its own one-token launch (the
+// batched exact forward of several decode rows).
+void launch_gemv_tokens(const GemvOutput* outputs, int32_t n_outputs, const float* x, int32_t n_tokens, int32_t n_in,
+                        const float* norm_weight, float norm_eps, bool accumulate, cudaStream_t stream);
+void launch_gemv_swiglu_tokens(float* out, const float* x, int32_t n_tokens, const void* w_gate, const void* w_up,
+                               DType dtype, int32_t n_in, int32_t n_ff, const float* norm_weight, float norm_eps,
+                               cudaStream_t stream);
 
 // rmsnorm.cu: launch_rmsnorm with the result rounded to out_dtype (f32, f16, bf16): a GEMM's input made in
 // the same pass. out must not alias x unless out_dtype is f32.

@@ -62,6 +62,13 @@ void gemv_offset_weights(float* const* outs, const void* const* weights, const D
                          int32_t weight_offset);
 void gemv_swiglu(float* out, const float* x, const void* w_gate, const void* w_up, DType dtype, int32_t n_in,
                  int32_t n_ff, const float* norm_weight, float norm_eps);
+// launch_gemv_tokens / launch_gemv_swiglu_tokens over n_tokens inputs (x [n_tokens, n_in]; outs[i]
+// [n_tokens, n_outs[i]], out [n_tokens, n_ff]).
+void gemv_tokens(float* const* outs, const void* const* weights, const DType* dtypes, const float* const* biases,
+                 const int32_t* n_outs, int32_t n_outputs, const float* x, int32_t n_tokens, int32_t n_in,
+                 const float* norm_weight, float norm_eps, bool accumulate);
+void gemv_swiglu_tokens(float* out, const float* x, int32_t n_tokens, const void* w_gate, const void* w_up,
+                        DType dtype, int32_t n_in, int32_t n_ff, const float* norm_weight, float norm_eps);
 void swiglu(float* out, const float* gate, const float* up, int32_t n, int32_t n_ff);
 // The prefill path's fused variants: out [n, dim] / [n, n_ff] in out_dtype.
 void rmsnorm_to(void* out, const float* x, const float* weight, int32_t n, int32_t dim, float eps, DType out_dtype);

@@ -23,21 +23,22 @@ size_t matrix_bytes(DType dtype, size_t n_rows, size_t n_in) {
 
 }  // namespace
 
-// As gemv, but every weight matrix starts `weight_offset` elements (bytes for quantized dtypes) past a 16-byte
-// boundary, so a non-zero offset forces the launcher's scalar path whatever n_in is.
-void gemv_offset_weights(float* const* outs, const void* const* weights, const DType* dtypes,
-                         const float* const* biases, const int32_t* n_outs, int32_t n_outputs, const float* x,
-                         int32_t n_in, const float* norm_weight, float norm_eps, bool accumulate,
-                         int32_t weight_offset) {
+namespace {
+
+// As gemv_tokens, with every weight matrix starting `weight_offset` elements (bytes for quantized dtypes) past
+// a 16-byte boundary, so a non-zero offset forces the launcher's scalar path whatever n_in is.
+void gemv_launch(float* const* outs, const void* const* weights, const DType* dtypes, const float* const* biases,
+                 const int32_t* n_outs, int32_t n_outputs, const float* x, int32_t n_tokens, int32_t n_in,
+                 const float* norm_weight, float norm_eps, bool accumulate, int32_t weight_offset) {
     require_device();
-    const size_t n_in_elements = size_t(std::max(n_in, 0));
+    const size_t n_in_elements = size_t(std::max(n_in, 0)), tokens = size_t(std::max(n_tokens, 0));
     std::vector<std::unique_ptr<GuardedBuffer>> d_outs, d_weights, d_biases;
     std::vector<GemvOutput> outputs(size_t(std::max(n_outputs, 0)));
     for (size_t i = 0; i < outputs.size(); i++) {
         const size_t n_out = size_t(std::max(n_outs[i], 0));
         const size_t w_bytes = matrix_bytes(dtypes[i], n_out, n_in_elements);
         const size_t pad = size_t(weight_offset) * (dtype_is_quantized(dtypes[i]) ? 1 : dtype_size(dtypes[i]));
-        d_outs.push_back(std::make_unique<GuardedBuffer>("gemv out", n_out * sizeof(float)));
+        d_outs.push_back(std::make_unique<GuardedBuffer>("gemv out", tokens * n_out * sizeof(float)));
         d_weights.push_back(std::make_unique<GuardedBuffer>("gemv weight", pad + w_bytes));
         if (accumulate) d_outs.back()->upload(outs[i]);
         if (w_bytes)
@@ -53,37 +54,59 @@ void gemv_offset_weights(float* const* outs, const void* const* weights, const D
             o.bias = d_biases.back()->get<float>();
         }
     }
-    GuardedBuffer d_x("gemv x", n_in_elements * sizeof(float)),
+    GuardedBuffer d_x("gemv x", tokens * n_in_elements * sizeof(float)),
         d_norm("gemv norm_weight", norm_weight ? n_in_elements * sizeof(float) : 0);
     d_x.upload(x);
     if (norm_weight) d_norm.upload(norm_weight);
-    launch_gemv(outputs.data(), n_outputs, d_x.get<float>(), n_in, norm_weight ? d_norm.get<float>() : nullptr,
-                norm_eps, accumulate, nullptr);
+    launch_gemv_tokens(outputs.data(), n_outputs, d_x.get<float>(), n_tokens, n_in,
+                       norm_weight ? d_norm.get<float>() : nullptr, norm_eps, accumulate, nullptr);
     finish();
     for (size_t i = 0; i < outputs.size(); i++) d_outs[i]->download(outs[i]);
+}
+
+}  // namespace
+
+void gemv_offset_weights(float* const* outs, const void* const* weights, const DType* dtypes,
+                         const float* const* biases, const int32_t* n_outs, int32_t n_outputs, const float* x,
+                         int32_t n_in, const float* norm_weight, float norm_eps, bool accumulate,
+                         int32_t weight_offset) {
+    gemv_launch(outs, weights, dtypes, biases, n_outs, n_outputs, x, 1, n_in, norm_weight, norm_eps, accumulate,
+                weight_offset);
 }
 
 void gemv(float* const* outs, const void* const* weights, const DType* dtypes, const float* const* biases,
           const int32_t* n_outs, int32_t n_outputs, const float* x, int32_t n_in, const float* norm_weight,
           float norm_eps, bool accumulate) {
-    gemv_offset_weights(outs, weights, dtypes, biases, n_outs, n_outputs, x, n_in, norm_weight, norm_eps, accumulate,
-                        0);
+    gemv_launch(outs, weights, dtypes, biases, n_outs, n_outputs, x, 1, n_in, norm_weight, norm_eps, accumulate, 0);
+}
+
+void gemv_tokens(float* const* outs, const void* const* weights, const DType* dtypes, const float* const* biases,
+                 const int32_t* n_outs, int32_t n_outputs, const float* x, int32_t n_tokens, int32_t n_in,
+                 const float* norm_weight, float norm_eps, bool accumulate) {
+    gemv_launch(outs, weights, dtypes, biases, n_outs, n_outputs, x, n_tokens, n_in, norm_weight, norm_eps, accumulate,
+                0);
 }
 
 void gemv_swiglu(float* out, const float* x, const void* w_gate, const void* w_up, DType dtype, int32_t n_in,
                  int32_t n_ff, const float* norm_weight, float norm_eps) {
+    gemv_swiglu_tokens(out, x, 1, w_gate, w_up, dtype, n_in, n_ff, norm_weight, norm_eps);
+}
+
+void gemv_swiglu_tokens(float* out, const float* x, int32_t n_tokens, const void* w_gate, const void* w_up,
+                        DType dtype, int32_t n_in, int32_t n_ff, const float* norm_weight, float norm_eps) {
     require_device();
     const size_t n_in_elements = size_t(std::max(n_in, 0)), n_ff_elements = size_t(std::max(n_ff, 0));
+    const size_t tokens = size_t(std::max(n_tokens, 0));
     const size_t w_bytes = matrix_bytes(dtype, n_ff_elements, n_in_elements);
-    GuardedBuffer d_out("gemv_swiglu out", n_ff_elements * sizeof(float)),
-        d_x("gemv_swiglu x", n_in_elements * sizeof(float)), d_gate("gemv_swiglu gate", w_bytes),
+    GuardedBuffer d_out("gemv_swiglu out", tokens * n_ff_elements * sizeof(float)),
+        d_x("gemv_swiglu x", tokens * n_in_elements * sizeof(float)), d_gate("gemv_swiglu gate", w_bytes),
         d_up("gemv_swiglu up", w_bytes), d_norm("gemv_swiglu norm_weight", norm_weight ? n_in_elements * 4 : 0);
     d_x.upload(x);
     d_gate.upload(w_gate);
     d_up.upload(w_up);
     if (norm_weight) d_norm.upload(norm_weight);
-    launch_gemv_swiglu(d_out.get<float>(), d_x.get<float>(), d_gate.get(), d_up.get(), dtype, n_in, n_ff,
-                       norm_weight ? d_norm.get<float>() : nullptr, norm_eps, nullptr);
+    launch_gemv_swiglu_tokens(d_out.get<float>(), d_x.get<float>(), n_tokens, d_gate.get(), d_up.get(), dtype, n_in,
+                              n_ff, norm_weight ? d_norm.get<float>() : nullptr, norm_eps, nullptr);
     finish();
     d_out.download(out);
 }

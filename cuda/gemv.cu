@@ -2,6 +2,7 @@
 // (16-byte streaming loads when rows are 16-byte aligned) and accumulated in f32; nothing allocates or syncs,
 // so launches can be captured in CUDA graphs. Deterministic: fixed summation orders, no atomics; a row's dot
 // product does not depend on the rows per warp. Quantized weights go to gemv_quantized.cu from the launchers here.
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -70,15 +71,17 @@ __device__ __forceinline__ void load_step(float (&w)[U][NR], const T* const (&ro
 
 // Each warp owns R consecutive flattened rows (clamped to the last row for the loads; only valid rows are
 // written) and computes their dot products with x_hat together, so one x_hat chunk serves R rows (2R weight
-// rows for SwiGLU: gate then up). Lane l owns 16-byte chunks l, l + 32, ... of each row (elements l,
-// l + 32, ... on the scalar path), accumulated in increasing order; U chunks per row are in flight per step;
-// then a butterfly reduction. On the vector path the first step's loads are issued before x_hat exists (they
-// do not depend on it), so for small, latency-bound matrices the HBM round trip overlaps the norm and staging.
-// kShared: x_hat staged in dynamic shared memory ([n_in] floats); otherwise x (and norm_weight) read from
-// global memory and normalised on the fly, with the same arithmetic.
-template <typename T, int R, bool kSwiglu, bool kShared>
+// rows for SwiGLU: gate then up), and each weight chunk serves the launch's NT token slots (p.n_tokens used).
+// Lane l owns 16-byte chunks l, l + 32, ... of each row (elements l, l + 32, ... on the scalar path),
+// accumulated in increasing order; U chunks per row are in flight per step; then a butterfly reduction. A
+// token's sums do not depend on R or NT, so every token gets the bits of a one-token launch. On the vector
+// path the first step's loads are issued before x_hat exists (they do not depend on it), so for small,
+// latency-bound matrices the HBM round trip overlaps the norm and staging.
+// kShared: x_hat staged in dynamic shared memory ([n_tokens, n_in] floats); otherwise x (and norm_weight)
+// read from global memory and normalised on the fly, with the same arithmetic.
+template <typename T, int R, bool kSwiglu, bool kShared, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p) {
-    extern __shared__ float4 x_shared4[];  // [n_in] when kShared
+    extern __shared__ float4 x_shared4[];  // [n_tokens, n_in] when kShared
     float* x_shared = reinterpret_cast<float*>(x_shared4);
     __shared__ float warp_sums[kMaxWarps];
     constexpr int kMats = kSwiglu ? 2 : 1;
@@ -107,13 +110,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     uint4 wv[U][NR];  // vector path: the current step's chunks (the scalar fallback is not prefetched)
     if (has_rows && p.vec) load_step(wv, rows, 0, n_chunks, lane);
 
-    const float scale = stage_input<kShared>(p, x_shared, warp_sums);
+    float scale[NT];
+    stage_input<kShared>(p, x_shared, warp_sums, scale);
     // No block-wide synchronization below: warps without rows may leave.
     if (!has_rows) return;
 
-    float acc[NR];
+    float acc[NT][NR];
 #pragma unroll
-    for (int k = 0; k < NR; k++) acc[k] = 0.0f;
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int k = 0; k < NR; k++) acc[t][k] = 0.0f;
     if (p.vec) {
         for (int64_t base = 0; base < n_chunks; base += U * 32) {
             if (base > 0) load_step(wv, rows, base, n_chunks, lane);
@@ -121,24 +127,30 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
             for (int u = 0; u < U; u++) {
                 const int64_t c = base + u * 32 + lane;
                 if (c >= n_chunks) continue;
-                float xv[V];
 #pragma unroll
-                for (int j = 0; j < V / 4; j++) {
-                    float4 f;
-                    if (kShared) {
-                        f = x_shared4[c * (V / 4) + j];
-                    } else {
-                        f = __ldg(reinterpret_cast<const float4*>(x) + c * (V / 4) + j);
-                        if (norm) {
-                            const float4 g = __ldg(reinterpret_cast<const float4*>(norm_weight) + c * (V / 4) + j);
-                            f.x = g.x * (f.x * scale), f.y = g.y * (f.y * scale);
-                            f.z = g.z * (f.z * scale), f.w = g.w * (f.w * scale);
+                for (int t = 0; t < NT; t++) {
+                    if (NT > 1 && t >= p.n_tokens) break;
+                    const int64_t xt = int64_t(t) * n_in;  // token t's x, in floats
+                    float xv[V];
+#pragma unroll
+                    for (int j = 0; j < V / 4; j++) {
+                        float4 f;
+                        if (kShared) {
+                            f = x_shared4[(xt / 4) + c * (V / 4) + j];
+                        } else {
+                            f = __ldg(reinterpret_cast<const float4*>(x + xt) + c * (V / 4) + j);
+                            if (norm) {
+                                const float s = scale[t];
+                                const float4 g = __ldg(reinterpret_cast<const float4*>(norm_weight) + c * (V / 4) + j);
+                                f.x = g.x * (f.x * s), f.y = g.y * (f.y * s);
+                                f.z = g.z * (f.z * s), f.w = g.w * (f.w * s);
+                            }
                         }
+                        xv[4 * j] = f.x, xv[4 * j + 1] = f.y, xv[4 * j + 2] = f.z, xv[4 * j + 3] = f.w;
                     }
-                    xv[4 * j] = f.x, xv[4 * j + 1] = f.y, xv[4 * j + 2] = f.z, xv[4 * j + 3] = f.w;
-                }
 #pragma unroll
-                for (int k = 0; k < NR; k++) acc[k] = dot16<T>(wv[u][k], xv, acc[k]);
+                    for (int k = 0; k < NR; k++) acc[t][k] = dot16<T>(wv[u][k], xv, acc[t][k]);
+                }
             }
         }
     } else {
@@ -149,13 +161,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
             for (int u = 0; u < U; u++) {
                 const int64_t i = base + u * 32 + lane;
                 if (i >= n_in) continue;
-                float xi;
-                if (kShared)
-                    xi = x_shared[i];
-                else
-                    xi = norm ? __ldg(norm_weight + i) * (__ldg(x + i) * scale) : __ldg(x + i);
 #pragma unroll
-                for (int k = 0; k < NR; k++) acc[k] = fmaf(ws[u][k], xi, acc[k]);
+                for (int t = 0; t < NT; t++) {
+                    if (NT > 1 && t >= p.n_tokens) break;
+                    const int64_t xi_at = int64_t(t) * n_in + i;
+                    float xi;
+                    if (kShared)
+                        xi = x_shared[xi_at];
+                    else
+                        xi = norm ? __ldg(norm_weight + i) * (__ldg(x + xi_at) * scale[t]) : __ldg(x + xi_at);
+#pragma unroll
+                    for (int k = 0; k < NR; k++) acc[t][k] = fmaf(ws[u][k], xi, acc[t][k]);
+                }
             }
         }
     }
@@ -166,27 +183,34 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// One token: R rows per warp as the shape says. Several (p.n_tokens <= kGemvTokens): one row per warp, the
+// one-token launch's block size (its rms reduction order depends on it).
 template <typename T, bool kSwiglu, bool kShared>
 void launch_with(const GemvParams& p, const LaunchShape& shape, size_t shared_bytes, cudaStream_t stream) {
-    const unsigned blocks = launch_blocks(p.n_rows, shape);
-    void (*kernel)(GemvParams) = gemv_kernel<T, 1, kSwiglu, kShared>;
-    if (shape.rows_per_warp == 2) kernel = gemv_kernel<T, 2, kSwiglu, kShared>;
-    if constexpr (!kSwiglu)
-        if (shape.rows_per_warp == 4) kernel = gemv_kernel<T, 4, kSwiglu, kShared>;
-    kernel<<<blocks, shape.threads, shared_bytes, stream>>>(p);
+    void (*kernel)(GemvParams) = gemv_kernel<T, 1, kSwiglu, kShared, 1>;
+    LaunchShape used = shape;
+    if (p.n_tokens > 1) {
+        kernel = gemv_kernel<T, 1, kSwiglu, kShared, kGemvTokens>;
+        used.rows_per_warp = 1;
+    } else if (shape.rows_per_warp == 2) {
+        kernel = gemv_kernel<T, 2, kSwiglu, kShared, 1>;
+    } else if constexpr (!kSwiglu) {
+        if (shape.rows_per_warp == 4) kernel = gemv_kernel<T, 4, kSwiglu, kShared, 1>;
+    }
+    kernel<<<launch_blocks(p.n_rows, used), used.threads, shared_bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH();
 }
 
-// Fills in n_rows, vec and the shape from the rest of p, and launches. p.weight/out/bias/row_end are set.
+// Fills in vec and the shape from the rest of p, and launches. p's weights, outputs, rows and tokens are set.
 template <typename T>
 void launch_gemv_typed(GemvParams p, int n_weights, bool swiglu, cudaStream_t stream) {
-    const bool shared = p.n_in <= kMaxSharedIn;
+    const bool shared = int64_t(p.n_tokens) * p.n_in <= kMaxSharedIn;
     bool vec = int64_t(p.n_in) * int64_t(sizeof(T)) % 16 == 0;
     for (int i = 0; i < n_weights; i++) vec = vec && aligned16(p.weight[i]);
     if (!shared) vec = vec && aligned16(p.x) && (p.norm_weight == nullptr || aligned16(p.norm_weight));
     p.vec = vec;
     const LaunchShape shape = launch_shape(p.n_rows, swiglu);
-    const size_t shared_bytes = shared ? size_t(p.n_in) * sizeof(float) : 0;
+    const size_t shared_bytes = shared ? size_t(p.n_tokens) * size_t(p.n_in) * sizeof(float) : 0;
     if (swiglu) {
         if (shared)
             launch_with<T, true, true>(p, shape, shared_bytes, stream);
@@ -241,16 +265,31 @@ GemvParams base_params(const float* x, int32_t n_in, const float* norm_weight, f
     GemvParams p{};
     for (int i = 0; i < kMaxOutputs; i++) p.row_end[i] = INT32_MAX;
     p.x = x, p.n_in = n_in, p.norm_weight = norm_weight, p.norm_eps = norm_eps, p.accumulate = accumulate;
+    p.n_tokens = 1;
     return p;
+}
+
+// Launches p for tokens [0, n_tokens) in groups of kGemvTokens (one launch for a single token).
+void launch_token_groups(GemvParams p, int32_t n_tokens, DType dtype, int n_weights, bool swiglu, cudaStream_t stream) {
+    const float* x = p.x;
+    float* out[kMaxOutputs] = {p.out[0], p.out[1], p.out[2]};
+    for (int32_t t0 = 0; t0 < n_tokens; t0 += kGemvTokens) {
+        p.n_tokens = std::min<int32_t>(kGemvTokens, n_tokens - t0);
+        p.x = x + int64_t(t0) * p.n_in;
+        for (int i = 0; i < n_weights && i < kMaxOutputs; i++)
+            if (out[i]) p.out[i] = out[i] + int64_t(t0) * p.out_stride[i];
+        launch_gemv_params(p, dtype, n_weights, swiglu, stream);
+    }
 }
 
 }  // namespace
 
-void launch_gemv(const GemvOutput* outputs, int32_t n_outputs, const float* x, int32_t n_in, const float* norm_weight,
-                 float norm_eps, bool accumulate, cudaStream_t stream) {
+void launch_gemv_tokens(const GemvOutput* outputs, int32_t n_outputs, const float* x, int32_t n_tokens, int32_t n_in,
+                        const float* norm_weight, float norm_eps, bool accumulate, cudaStream_t stream) {
     if (n_outputs < 1 || n_outputs > kMaxOutputs) cuda_throw("launch_gemv: n_outputs must be 1, 2 or 3");
     if (outputs == nullptr || x == nullptr) cuda_throw("launch_gemv: null outputs or x");
     if (n_in < 1) cuda_throw("launch_gemv: n_in must be at least 1");
+    if (n_tokens < 0) cuda_throw("launch_gemv: negative n_tokens");
     int64_t n_rows = 0;
     for (int32_t i = 0; i < n_outputs; i++) {
         const GemvOutput& o = outputs[i];
@@ -259,11 +298,12 @@ void launch_gemv(const GemvOutput* outputs, int32_t n_outputs, const float* x, i
         if (o.n_out == 0) continue;
         check_quantized_n_in(o.dtype, n_in, "launch_gemv");
         if (o.out == nullptr || o.weight == nullptr) cuda_throw("launch_gemv: null out or weight");
-        if (overlaps(o.out, o.n_out, x, n_in)) cuda_throw("launch_gemv: out overlaps x");
+        if (overlaps(o.out, int64_t(n_tokens) * o.n_out, x, int64_t(n_tokens) * n_in))
+            cuda_throw("launch_gemv: out overlaps x");
         n_rows += o.n_out;
     }
     if (n_rows > INT32_MAX) cuda_throw("launch_gemv: more than INT32_MAX output rows in one launch");
-    if (n_rows == 0) return;
+    if (n_rows == 0 || n_tokens == 0) return;
     // One launch per weight dtype present (one in total in the usual case of equal dtypes).
     for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1}) {
         GemvParams p = base_params(x, n_in, norm_weight, norm_eps, accumulate);
@@ -274,27 +314,41 @@ void launch_gemv(const GemvOutput* outputs, int32_t n_outputs, const float* x, i
             if (o.dtype != dtype || o.n_out == 0) continue;
             end += o.n_out;
             p.weight[n] = o.weight, p.out[n] = o.out, p.bias[n] = o.bias, p.row_end[n] = end;
+            p.out_stride[n] = o.n_out;
             n++;
         }
         if (n == 0) continue;
         p.n_rows = end;
-        launch_gemv_params(p, dtype, n, false, stream);
+        launch_token_groups(p, n_tokens, dtype, n, false, stream);
     }
+}
+
+void launch_gemv(const GemvOutput* outputs, int32_t n_outputs, const float* x, int32_t n_in, const float* norm_weight,
+                 float norm_eps, bool accumulate, cudaStream_t stream) {
+    launch_gemv_tokens(outputs, n_outputs, x, 1, n_in, norm_weight, norm_eps, accumulate, stream);
+}
+
+void launch_gemv_swiglu_tokens(float* out, const float* x, int32_t n_tokens, const void* w_gate, const void* w_up,
+                               DType dtype, int32_t n_in, int32_t n_ff, const float* norm_weight, float norm_eps,
+                               cudaStream_t stream) {
+    if (out == nullptr || x == nullptr || w_gate == nullptr || w_up == nullptr)
+        cuda_throw("launch_gemv_swiglu: null out, x or weight");
+    if (n_in < 1) cuda_throw("launch_gemv_swiglu: n_in must be at least 1");
+    if (n_ff < 0 || n_tokens < 0) cuda_throw("launch_gemv_swiglu: negative n_ff or n_tokens");
+    if (!known_dtype(dtype)) cuda_throw("launch_gemv_swiglu: unknown weight dtype");
+    check_quantized_n_in(dtype, n_in, "launch_gemv_swiglu");
+    if (overlaps(out, int64_t(n_tokens) * n_ff, x, int64_t(n_tokens) * n_in))
+        cuda_throw("launch_gemv_swiglu: out overlaps x");
+    if (n_ff == 0 || n_tokens == 0) return;
+    GemvParams p = base_params(x, n_in, norm_weight, norm_eps, false);
+    p.weight[0] = w_gate, p.weight[1] = w_up, p.out[0] = out, p.row_end[0] = n_ff, p.n_rows = n_ff;
+    p.out_stride[0] = n_ff;
+    launch_token_groups(p, n_tokens, dtype, 2, true, stream);
 }
 
 void launch_gemv_swiglu(float* out, const float* x, const void* w_gate, const void* w_up, DType dtype, int32_t n_in,
                         int32_t n_ff, const float* norm_weight, float norm_eps, cudaStream_t stream) {
-    if (out == nullptr || x == nullptr || w_gate == nullptr || w_up == nullptr)
-        cuda_throw("launch_gemv_swiglu: null out, x or weight");
-    if (n_in < 1) cuda_throw("launch_gemv_swiglu: n_in must be at least 1");
-    if (n_ff < 0) cuda_throw("launch_gemv_swiglu: negative n_ff");
-    if (!known_dtype(dtype)) cuda_throw("launch_gemv_swiglu: unknown weight dtype");
-    check_quantized_n_in(dtype, n_in, "launch_gemv_swiglu");
-    if (overlaps(out, n_ff, x, n_in)) cuda_throw("launch_gemv_swiglu: out overlaps x");
-    if (n_ff == 0) return;
-    GemvParams p = base_params(x, n_in, norm_weight, norm_eps, false);
-    p.weight[0] = w_gate, p.weight[1] = w_up, p.out[0] = out, p.row_end[0] = n_ff, p.n_rows = n_ff;
-    launch_gemv_params(p, dtype, 2, true, stream);
+    launch_gemv_swiglu_tokens(out, x, 1, w_gate, w_up, dtype, n_in, n_ff, norm_weight, norm_eps, stream);
 }
 
 }  // namespace kvlm

@@ -99,12 +99,13 @@ __device__ __forceinline__ void load_step(Quarter (&w)[U][NR], const uint8_t* co
     }
 }
 
-// As gemv_kernel (gemv.cu) - warp per R rows, x_hat staged in shared memory or read from global memory and
-// normalised on the fly, the first step's loads issued before x_hat exists - but lane l works on quarter
-// l % 4 of block base + u * 8 + l / 4 (U blocks of 8 per row per step, 8 quarters in flight per lane).
-template <DType Q, int R, bool kSwiglu, bool kShared>
+// As gemv_kernel (gemv.cu) - warp per R rows, NT token slots, x_hat staged in shared memory or read from
+// global memory and normalised on the fly, the first step's loads issued before x_hat exists - but lane l
+// works on quarter l % 4 of block base + u * 8 + l / 4 (U blocks of 8 per row per step, 8 quarters in flight
+// per lane).
+template <DType Q, int R, bool kSwiglu, bool kShared, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const GemvParams p) {
-    extern __shared__ float4 x_shared4[];  // [n_in] when kShared
+    extern __shared__ float4 x_shared4[];  // [n_tokens, n_in] when kShared
     float* x_shared = reinterpret_cast<float*>(x_shared4);
     __shared__ float warp_sums[kMaxWarps];
     constexpr int kMats = kSwiglu ? 2 : 1;
@@ -132,49 +133,64 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
     Quarter wq[U][NR] = {};
     if (has_rows) load_step<Q>(wq, rows, 0, n_blocks, sub, k);
 
-    const float scale = stage_input<kShared>(p, x_shared, warp_sums);
+    float scale[NT];
+    stage_input<kShared>(p, x_shared, warp_sums, scale);
     // No block-wide synchronization below: warps without rows may leave.
     if (!has_rows) return;
 
-    float acc[NR];
+    float acc[NT][NR];
 #pragma unroll
-    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < NR; r++) acc[t][r] = 0.0f;
     for (int64_t base = 0; base < n_blocks; base += U * 8) {
         if (base > 0) load_step<Q>(wq, rows, base, n_blocks, sub, k);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t b = base + u * 8 + sub;
             if (b >= n_blocks) continue;
-            const int64_t at[2] = {b * kQuantBlock + first_run<Q>(k), b * kQuantBlock + second_run<Q>(k)};
-            float xv[8];
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                if (kShared) {
-                    const float4 f = x_shared4[at[h] / 4];
-                    xv[4 * h] = f.x, xv[4 * h + 1] = f.y, xv[4 * h + 2] = f.z, xv[4 * h + 3] = f.w;
-                } else {
+            for (int t = 0; t < NT; t++) {
+                if (NT > 1 && t >= p.n_tokens) break;
+                const int64_t xt = int64_t(t) * n_in;  // token t's x, in floats (a multiple of 32)
+                const int64_t at[2] = {xt + b * kQuantBlock + first_run<Q>(k), xt + b * kQuantBlock + second_run<Q>(k)};
+                float xv[8];
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const int64_t j = at[h] + i;
-                        xv[4 * h + i] = norm ? __ldg(norm_weight + j) * (__ldg(x + j) * scale) : __ldg(x + j);
+                for (int h = 0; h < 2; h++) {
+                    if (kShared) {
+                        const float4 f = x_shared4[at[h] / 4];
+                        xv[4 * h] = f.x, xv[4 * h + 1] = f.y, xv[4 * h + 2] = f.z, xv[4 * h + 3] = f.w;
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            const int64_t j = at[h] + i;
+                            xv[4 * h + i] = norm ? __ldg(norm_weight + (j - xt)) * (__ldg(x + j) * scale[t]) : __ldg(x + j);
+                        }
                     }
                 }
-            }
 #pragma unroll
-            for (int r = 0; r < NR; r++) acc[r] = quarter_dot<Q>(wq[u][r], xv, acc[r]);
+                for (int r = 0; r < NR; r++) acc[t][r] = quarter_dot<Q>(wq[u][r], xv, acc[t][r]);
+            }
         }
     }
     // Every lane of the warp gets here (the loops above only predicate), as the full-mask shuffles need.
     finish_rows<R, kSwiglu>(p, first, acc, lane);
 }
 
+// One token: R rows per warp as the shape says; several: one row per warp at the one-token block size.
 template <DType Q, bool kSwiglu, bool kShared>
 void launch_with(const GemvParams& p, const LaunchShape& shape, size_t shared_bytes, cudaStream_t stream) {
-    void (*kernel)(GemvParams) = gemv_quantized_kernel<Q, 1, kSwiglu, kShared>;
-    if (shape.rows_per_warp == 2) kernel = gemv_quantized_kernel<Q, 2, kSwiglu, kShared>;
-    if constexpr (!kSwiglu)
-        if (shape.rows_per_warp == 4) kernel = gemv_quantized_kernel<Q, 4, kSwiglu, kShared>;
-    kernel<<<launch_blocks(p.n_rows, shape), shape.threads, shared_bytes, stream>>>(p);
+    void (*kernel)(GemvParams) = gemv_quantized_kernel<Q, 1, kSwiglu, kShared, 1>;
+    LaunchShape used = shape;
+    if (p.n_tokens > 1) {
+        kernel = gemv_quantized_kernel<Q, 1, kSwiglu, kShared, kGemvTokens>;
+        used.rows_per_warp = 1;
+    } else if (shape.rows_per_warp == 2) {
+        kernel = gemv_quantized_kernel<Q, 2, kSwiglu, kShared, 1>;
+    } else if constexpr (!kSwiglu) {
+        if (shape.rows_per_warp == 4) kernel = gemv_quantized_kernel<Q, 4, kSwiglu, kShared, 1>;
+    }
+    kernel<<<launch_blocks(p.n_rows, used), used.threads, shared_bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -185,9 +201,9 @@ void launch_typed(const GemvParams& p, int n_weights, bool swiglu, cudaStream_t 
             cuda_throw((std::string("launch_gemv: ") + dtype_name(Q) + " weights must be " +
                         std::to_string(QuantBlock<Q>::kAlign) + "-byte aligned")
                            .c_str());
-    const bool shared = p.n_in <= kMaxSharedIn;
+    const bool shared = int64_t(p.n_tokens) * p.n_in <= kMaxSharedIn;
     const LaunchShape shape = launch_shape(p.n_rows, swiglu);
-    const size_t shared_bytes = shared ? size_t(p.n_in) * sizeof(float) : 0;
+    const size_t shared_bytes = shared ? size_t(p.n_tokens) * size_t(p.n_in) * sizeof(float) : 0;
     if (swiglu) {
         if (shared)
             launch_with<Q, true, true>(p, shape, shared_bytes, stream);

@@ -12,6 +12,9 @@ namespace kvlm::gemv_detail {
 
 constexpr int kMaxOutputs = 3;
 constexpr int kMaxWarps = 8;  // blocks of 128 or 256 threads
+// Tokens one launch of the multi-token kernels takes (launch_gemv_tokens runs more in groups of this many):
+// each weight chunk a warp loads serves all of them.
+constexpr int kGemvTokens = 8;
 // x_hat is staged in shared memory when it fits the default 48 KB (less a margin for the static arrays);
 // larger inputs (Llama's FFN down, n_in 14336) read x from global memory, where it stays L1/L2-resident.
 constexpr int32_t kMaxSharedIn = (48 * 1024 - 256) / 4;
@@ -22,14 +25,17 @@ constexpr int64_t kFillBlocks = 4 * kSms;
 
 // One launch's work: the flattened row space [0, n_rows) is split over the outputs, output o owning rows
 // [row_end[o - 1], row_end[o]) (row_end[-1] = 0; unused entries INT32_MAX). For SwiGLU, weight[0] is the
-// gate and weight[1] the up matrix of the single output.
+// gate and weight[1] the up matrix of the single output. n_tokens inputs (1 for the decode step, up to
+// kGemvTokens): token t's x starts at x + t * n_in and its result for output o at out[o] + t * out_stride[o].
 struct GemvParams {
     const void* weight[kMaxOutputs];  // [n_out_o, n_in] in the launch's dtype
-    float* out[kMaxOutputs];          // [n_out_o]
+    float* out[kMaxOutputs];          // [n_tokens, out_stride_o]
     const float* bias[kMaxOutputs];   // [n_out_o] or null
     int32_t row_end[kMaxOutputs];
+    int32_t out_stride[kMaxOutputs];  // n_out_o for dense outputs
     int32_t n_rows;
-    const float* x;            // [n_in]
+    int32_t n_tokens;
+    const float* x;            // [n_tokens, n_in]
     const float* norm_weight;  // [n_in] or null
     float norm_eps;
     int32_t n_in;
@@ -66,33 +72,44 @@ __device__ inline float block_rms_scale(const float* x, int32_t n, float eps, bo
     return 1.0f / sqrtf(total / float(n) + eps);
 }
 
-// The input of the block's rows: scale = 1 / rms(x) when p.norm_weight is set (else 1), and, when kShared,
-// x (times norm_weight * scale) staged in x_shared[n_in]. Every thread of the block must call it (it
-// synchronizes).
-template <bool kShared>
-__device__ __forceinline__ float stage_input(const GemvParams& p, float* x_shared, float* warp_sums /* [kMaxWarps] */) {
-    const float* __restrict__ x = p.x;
+// The input of the block's rows for its NT (>= p.n_tokens) token slots: scale[t] = 1 / rms(x of token t) when
+// p.norm_weight is set (else 1), and, when kShared, each token's x (times norm_weight * scale) staged in
+// x_shared[t * n_in ..]. Every token gets the arithmetic of a one-token launch. Every thread of the block must
+// call it (it synchronizes).
+template <bool kShared, int NT>
+__device__ __forceinline__ void stage_input(const GemvParams& p, float* x_shared, float* warp_sums /* [kMaxWarps] */,
+                                            float (&scale)[NT]) {
     const float* __restrict__ norm_weight = p.norm_weight;
-    const bool vec4 = float4_input(x, norm_weight, p.n_in);
-    const float scale = norm_weight ? block_rms_scale(x, p.n_in, p.norm_eps, vec4, warp_sums) : 1.0f;
-    if (kShared) {
-        if (vec4) {
-            float4* x_shared4 = reinterpret_cast<float4*>(x_shared);
-            for (int32_t i = threadIdx.x; i < p.n_in / 4; i += blockDim.x) {
-                float4 v = __ldg(reinterpret_cast<const float4*>(x) + i);
-                if (norm_weight) {
-                    const float4 g = __ldg(reinterpret_cast<const float4*>(norm_weight) + i);
-                    v.x = g.x * (v.x * scale), v.y = g.y * (v.y * scale), v.z = g.z * (v.z * scale), v.w = g.w * (v.w * scale);
-                }
-                x_shared4[i] = v;
-            }
-        } else {
-            for (int32_t i = threadIdx.x; i < p.n_in; i += blockDim.x)
-                x_shared[i] = norm_weight ? norm_weight[i] * (x[i] * scale) : x[i];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        scale[t] = 1.0f;
+        if (NT > 1 && t >= p.n_tokens) continue;  // uniform over the block
+        const float* __restrict__ x = p.x + int64_t(t) * p.n_in;
+        float* xs = x_shared + int64_t(t) * p.n_in;
+        const bool vec4 = float4_input(x, norm_weight, p.n_in);
+        if (norm_weight) {
+            if (t > 0) __syncthreads();  // every thread has read the previous token's warp_sums
+            scale[t] = block_rms_scale(x, p.n_in, p.norm_eps, vec4, warp_sums);
         }
-        __syncthreads();
+        if (kShared) {
+            if (vec4) {
+                float4* xs4 = reinterpret_cast<float4*>(xs);
+                for (int32_t i = threadIdx.x; i < p.n_in / 4; i += blockDim.x) {
+                    float4 v = __ldg(reinterpret_cast<const float4*>(x) + i);
+                    if (norm_weight) {
+                        const float s = scale[t];
+                        const float4 g = __ldg(reinterpret_cast<const float4*>(norm_weight) + i);
+                        v.x = g.x * (v.x * s), v.y = g.y * (v.y * s), v.z = g.z * (v.z * s), v.w = g.w * (v.w * s);
+                    }
+                    xs4[i] = v;
+                }
+            } else {
+                for (int32_t i = threadIdx.x; i < p.n_in; i += blockDim.x)
+                    xs[i] = norm_weight ? norm_weight[i] * (x[i] * scale[t]) : x[i];
+            }
+        }
     }
-    return scale;
+    if (kShared) __syncthreads();
 }
 
 // Output o and row within it of flattened row `row` (< n_rows).
@@ -112,30 +129,37 @@ __device__ __forceinline__ const void* row_matrix(const GemvParams& p, int64_t f
     return kSwiglu ? p.weight[m] : o == 0 ? p.weight[0] : o == 1 ? p.weight[1] : p.weight[2];
 }
 
-// The epilogue: butterfly-sums each lane's partial dot products acc[NR] (rows first..first+R-1, then for
-// SwiGLU the up rows) and lets lane 0 write silu(gate) * up, or [out +] dot [+ bias]. Every lane of the warp
-// must call it (full-mask shuffles).
-template <int R, bool kSwiglu, int NR>
-__device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, float (&acc)[NR], int lane) {
+// The epilogue: butterfly-sums each lane's partial dot products acc[t][NR] (rows first..first+R-1, then for
+// SwiGLU the up rows, of token t) and lets lane 0 write silu(gate) * up, or [out +] dot [+ bias]. Every lane of
+// the warp must call it (full-mask shuffles).
+template <int R, bool kSwiglu, int NT, int NR>
+__device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, float (&acc)[NT][NR], int lane) {
 #pragma unroll
-    for (int k = 0; k < NR; k++)
-        for (int offset = 16; offset > 0; offset /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], offset);
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int k = 0; k < NR; k++)
+            for (int offset = 16; offset > 0; offset /= 2) acc[t][k] += __shfl_xor_sync(0xffffffffu, acc[t][k], offset);
     if (lane != 0) return;
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        if (first + r >= p.n_rows) break;
-        const int32_t row = int32_t(first + r);
-        if (kSwiglu) {
-            const float g = acc[r], u = acc[R + r];
-            p.out[0][row] = g / (1.0f + expf(-g)) * u;  // silu(gate) * up, as swiglu_kernel
-        } else {
-            int32_t local;
-            const int o = locate(p, row, &local);
-            float* out = o == 0 ? p.out[0] : o == 1 ? p.out[1] : p.out[2];
-            const float* bias = o == 0 ? p.bias[0] : o == 1 ? p.bias[1] : p.bias[2];
-            float v = acc[r];
-            if (bias) v += bias[local];
-            out[local] = p.accumulate ? out[local] + v : v;
+    for (int t = 0; t < NT; t++) {
+        if (NT > 1 && t >= p.n_tokens) break;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (first + r >= p.n_rows) break;
+            const int32_t row = int32_t(first + r);
+            if (kSwiglu) {
+                const float g = acc[t][r], u = acc[t][R + r];
+                p.out[0][int64_t(t) * p.out_stride[0] + row] = g / (1.0f + expf(-g)) * u;  // silu(gate) * up, as swiglu_kernel
+            } else {
+                int32_t local;
+                const int o = locate(p, row, &local);
+                const int32_t stride = o == 0 ? p.out_stride[0] : o == 1 ? p.out_stride[1] : p.out_stride[2];
+                float* out = (o == 0 ? p.out[0] : o == 1 ? p.out[1] : p.out[2]) + int64_t(t) * stride;
+                const float* bias = o == 0 ? p.bias[0] : o == 1 ? p.bias[1] : p.bias[2];
+                float v = acc[t][r];
+                if (bias) v += bias[local];
+                out[local] = p.accumulate ? out[local] + v : v;
+            }
         }
     }
 }

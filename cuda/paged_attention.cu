@@ -150,7 +150,8 @@ __global__ void __launch_bounds__(kAttnThreads)
                            const int32_t* positions,    // [n]
                            int32_t n_heads, AttnGeometry geo,
                            int32_t keys_per_split,  // <= 0: ceil(n_keys / n_splits) rounded up to kAttnTile
-                           float scale) {
+                           float scale,
+                           const int32_t* row_tables) {  // [n] offsets into block_table, or null
     // Units of a K row per lane in the score loop, of a V row per thread in the output loop (the scalar path
     // takes units tid and tid + kAttnThreads when head_dim > kAttnThreads).
     using KFrag = RowFrag<T, Vec, Vec ? kLaneSlots * int(sizeof(T)) / 16 : kLaneSlots>;
@@ -163,6 +164,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int32_t hc = min(geo.heads_per_block, geo.group - chunk * geo.heads_per_block);  // heads it takes
     const int32_t head_dim = layout.head_dim, block_size = layout.block_size;
     const int32_t n_keys = positions[t] + 1;
+    if (row_tables) block_table += row_tables[t];
     int64_t split_keys = keys_per_split;
     if (split_keys <= 0) {
         split_keys = (int64_t(n_keys) + n_splits - 1) / n_splits;
@@ -420,23 +422,25 @@ template <typename T, int MaxHeads>
 void launch_attention_kernel(const dim3& grid, bool vec, const AttnGeometry& geo, float* out, float* partials,
                              const float* q, const T* kv, const KvLayout& layout, int32_t layer,
                              const int32_t* block_table, const int32_t* positions, int32_t n_heads,
-                             int32_t keys_per_split, float scale, cudaStream_t stream) {
+                             int32_t keys_per_split, float scale, const int32_t* row_tables, cudaStream_t stream) {
     if constexpr (!kIsQ8Kv<T>) {
         if (vec) {
             paged_attention_kernel<T, true, MaxHeads><<<grid, kAttnThreads, 0, stream>>>(
-                out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
+                out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale,
+                row_tables);
             return;
         }
     }
     paged_attention_kernel<T, false, MaxHeads><<<grid, kAttnThreads, 0, stream>>>(
-        out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale);
+        out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale,
+                row_tables);
 }
 
 template <typename T>
 void launch_attention_kernel(float* out, float* partials, const float* q, const T* kv, const KvLayout& layout,
                              int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
                              int32_t n_heads, int32_t n_splits, int32_t keys_per_split, int32_t n_sms, float scale,
-                             cudaStream_t stream) {
+                             const int32_t* row_tables, cudaStream_t stream) {
     // 16-byte loads when every K/V row starts 16-byte aligned: rows start at multiples of head_dim elements.
     // q8_0 rows (34-byte blocks, 2-byte aligned) are read element by element.
     const bool vec = !kIsQ8Kv<T> && (int64_t(layout.head_dim) * sizeof(T)) % 16 == 0 &&
@@ -450,10 +454,10 @@ void launch_attention_kernel(float* out, float* partials, const float* q, const 
     const dim3 grid(unsigned(n_splits), unsigned(layout.n_kv_heads * geo.head_chunks), unsigned(n));
     if (geo.heads_per_block == 1)
         launch_attention_kernel<T, 1>(grid, vec, geo, out, partials, q, kv, layout, layer, block_table, positions,
-                                      n_heads, keys_per_split, scale, stream);
+                                      n_heads, keys_per_split, scale, row_tables, stream);
     else
         launch_attention_kernel<T, kMaxGroupHeads>(grid, vec, geo, out, partials, q, kv, layout, layer, block_table,
-                                                   positions, n_heads, keys_per_split, scale, stream);
+                                                   positions, n_heads, keys_per_split, scale, row_tables, stream);
 }
 
 // Launches the attention kernel on an (n_splits, n_kv_heads * head_chunks, n) grid (a block per query head
@@ -463,12 +467,12 @@ void launch_attention_kernel(float* out, float* partials, const float* q, const 
 void launch_attention(float* out, const float* q, const void* kv, const KvLayout& layout, int32_t layer,
                       const int32_t* block_table, const int32_t* positions, int32_t n, int32_t n_heads,
                       int32_t n_splits, int32_t keys_per_split, int32_t n_sms, const AttentionScratch& scratch,
-                      cudaStream_t stream) {
+                      const int32_t* row_tables, cudaStream_t stream) {
     const float scale = 1.0f / std::sqrt(float(layout.head_dim));
     KVLM_DISPATCH_KV_DTYPE(layout.dtype, T,
                         launch_attention_kernel<T>(out, scratch.partials, q, static_cast<const T*>(kv), layout,
                                                    layer, block_table, positions, n, n_heads, n_splits,
-                                                   keys_per_split, n_sms, scale, stream));
+                                                   keys_per_split, n_sms, scale, row_tables, stream));
     CUDA_CHECK_LAUNCH();
     if (n_splits > 1) {
         attention_combine_kernel<<<dim3(unsigned(n_heads), unsigned(n)), 128, 0, stream>>>(
@@ -511,20 +515,20 @@ void launch_paged_attention(float* out, const float* q, const void* kv, const Kv
     int64_t keys_per_split = (int64_t(max_keys) + n_splits - 1) / n_splits;
     keys_per_split = (keys_per_split + kAttnTile - 1) / kAttnTile * kAttnTile;
     launch_attention(out, q, kv, layout, layer, block_table, positions, n, n_heads,
-                     n_splits, int32_t(keys_per_split), n_sms, scratch, stream);
+                     n_splits, int32_t(keys_per_split), n_sms, scratch, nullptr, stream);
 }
 
 void launch_paged_attention_splits(float* out, const float* q, const void* kv, const KvLayout& layout,
                                    int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
                                    int32_t n_heads, int32_t n_splits, int32_t n_sms, const AttentionScratch& scratch,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, const int32_t* row_tables) {
     if (n <= 0) return;
     check_attention_args("launch_paged_attention_splits", layout, n, n_heads);
     if (n_splits < 1 || n_splits > kMaxSplits) cuda_throw("launch_paged_attention_splits: n_splits outside 1..1024");
     if (n_splits > 1 && (!scratch.partials || int64_t(n) * n_heads * n_splits > scratch.max_rows))
         cuda_throw("launch_paged_attention_splits: scratch holds fewer than n * n_heads * n_splits rows");
     launch_attention(out, q, kv, layout, layer, block_table, positions, n, n_heads,
-                     n_splits, 0, n_sms, scratch, stream);
+                     n_splits, 0, n_sms, scratch, row_tables, stream);
 }
 
 }  // namespace kvlm

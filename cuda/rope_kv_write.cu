@@ -37,11 +37,13 @@ __global__ void __launch_bounds__(kRopeKvThreads)
                          const int32_t* block_table,  // [>= max(positions) / block_size + 1]
                          const int32_t* positions,    // [n]
                          const float* inv_freq,       // [head_dim / 2]
-                         int32_t n_heads) {
+                         int32_t n_heads,
+                         const int32_t* row_tables) {  // [n] offsets into block_table, or null
     // blockIdx.y: [0, n_heads) q head; [n_heads, n_heads + n_kv_heads) k head; above that v head.
     const int32_t t = blockIdx.x, y = blockIdx.y, n_kv_heads = layout.n_kv_heads;
     const int32_t head_dim = layout.head_dim, half = head_dim / 2;
     const int32_t pos = positions[t];
+    if (row_tables) block_table += row_tables[t];
     if (y >= n_heads + n_kv_heads) {
         const int32_t kv_head = y - n_heads - n_kv_heads;
         const int64_t offset = pool_row(layout, layer, 1, block_table, pos) + int64_t(kv_head) * head_dim;
@@ -89,7 +91,7 @@ __global__ void __launch_bounds__(kRopeKvThreads)
 
 void launch_rope_kv_write(float* q, float* k, const float* v, void* kv, const KvLayout& layout, int32_t layer,
                           const int32_t* block_table, const int32_t* positions, const float* inv_freq, int32_t n,
-                          int32_t n_heads, cudaStream_t stream) {
+                          int32_t n_heads, cudaStream_t stream, const int32_t* row_tables) {
     if (n <= 0) return;
     if (layout.head_dim < 2 || layout.head_dim % 2 != 0) cuda_throw("launch_rope_kv_write: head_dim must be even");
     if (n_heads < 1 || layout.n_kv_heads < 1 || int64_t(n_heads) + 2 * int64_t(layout.n_kv_heads) > 65535)
@@ -98,7 +100,7 @@ void launch_rope_kv_write(float* q, float* k, const float* v, void* kv, const Kv
     KVLM_DISPATCH_KV_DTYPE(layout.dtype, T,
                         rope_kv_write_kernel<T><<<grid, kRopeKvThreads, 0, stream>>>(
                             q, k, v, static_cast<T*>(kv), layout, layer, block_table, positions, inv_freq,
-                            n_heads));
+                            n_heads, row_tables));
     CUDA_CHECK_LAUNCH();
 }
 

@@ -168,6 +168,26 @@ bench_model() {
     fi
 }
 
+# Batched decode rows (issue 19): N samples decoded side by side, one forward per step for all of them, and
+# beams; each line is `-v`'s summary (decode rate per sample: N times it is the aggregate).
+bench_batched() {
+    local name=$1 m=$2 n
+    {
+        for n in 1 4 8; do
+            echo "### $name: run --device cuda --samples $n -n 128 --temp 0.7 --seed 5"
+            timeout 60 "$KVLM" run -m "$m" --device cuda -p "Once upon a time" -n 128 --temp 0.7 --seed 5 --samples $n -v \
+                2>&1 >/dev/null | grep -E '^kvlm: sample 1:|generated' | head -1 || fail "$name samples $n"
+        done
+        for n in 4 8; do
+            echo "### $name: run --device cuda --beams $n -n 64"
+            timeout 60 "$KVLM" run -m "$m" --device cuda -p "Once upon a time" -n 64 --beams $n -v 2>&1 >/dev/null |
+                grep '^kvlm: beam search' || fail "$name beams $n"
+        done
+    } 2>&1 | tee "$OUT/batched-$name.md"
+    local line  # the block ran in a pipeline's subshell: its failures come back through the log
+    while read -r line; do FAILS+=("${line#FAILED: }"); done < <(grep '^FAILED: ' "$OUT/batched-$name.md")
+}
+
 stage_bench() {
     header bench
     local smol l1b
@@ -175,6 +195,7 @@ stage_bench() {
     l1b=$(synthetic llama-3.2-1b llama3) || fail "convert Llama-3.2-1B shape"
     [ -n "$smol" ] && bench_model smollm2-135m "$smol"
     [ -n "$l1b" ] && bench_model llama-3.2-1b "$l1b"
+    [ -n "$smol" ] && bench_batched smollm2-135m "$smol"
     verdict bench "tg128 t/s: SmolLM2-135M $(tg_rate <"$OUT/bench-smollm2-135m.md" 2>/dev/null), Llama-3.2-1B $(tg_rate <"$OUT/bench-llama-3.2-1b.md" 2>/dev/null) (bf16 weights and KV)"
 }
 

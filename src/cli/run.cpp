@@ -121,7 +121,7 @@ void report_cut_short(Engine& engine, const GenerationResult& result, const std:
 // batch-invariant backend, without speculation, with -n bounding the blocks each holds (cmd_run sizes the pool).
 bool samples_together(Engine& engine, const RunOptions& options) {
     return options.n_samples > 1 && options.n_predict >= 0 && options.spec.mode == SpecOptions::Mode::off &&
-           !options.constraint.constraint && engine.backend().multi_token_forward_is_exact();
+           !options.constraint.constraint && engine.backend().exact_forward_tokens() > 0;
 }
 
 // Returns the exit status: 1 when a constrained output is incomplete.
@@ -298,9 +298,9 @@ void check_beam_options(const RunOptions& options, const SpecOptions& spec) {
 // Beam search over the prompt; prints the best hypothesis's text at the end (a beam's lead can change until
 // then), and with -v the steps and what the shared KV blocks saved.
 int run_beams(Engine& engine, const RunOptions& options, const std::vector<int32_t>& prompt_ids) {
-    if (!engine.backend().multi_token_forward_is_exact())
-        throw_error("--beams runs on the CPU backend only for now: {} has no batch-invariant forward of several "
-                    "sequences yet (use --device cpu)",
+    if (engine.backend().exact_forward_tokens() < 1)
+        throw_error("--beams needs a batch-invariant forward of several sequences, which {} does not have with this "
+                    "model (use --device cpu)",
                     engine.backend().name());
     Sequence seq;
     Prefill prompt = prefill(engine, seq, prompt_ids);

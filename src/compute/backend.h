@@ -82,8 +82,9 @@ public:
     };
     // forward() of several sequences (distinct block tables, or shared blocks only before their writes) in
     // one call: a backend that batches runs all their rows through each weight matrix once, so N sequences
-    // decoding together stream the weights once per step, not N times. Each sequence gets the logits bits
-    // of forward() of it alone where multi_token_forward_is_exact(). Default: forward() one by one.
+    // decoding together stream the weights once per step, not N times. Where exact_forward_tokens() > 0,
+    // each token gets the logits bits of its own one-token step, however the sequences are batched.
+    // Default: forward() one by one.
     virtual void forward_sequences(const SequenceInput* inputs, size_t n_inputs) {
         for (size_t i = 0; i < n_inputs; i++) {
             const SequenceInput& in = inputs[i];
@@ -105,9 +106,11 @@ public:
     }
 
     virtual DevicePeaks peaks() const { return {}; }
-    // Whether a forward of n tokens gives each token the logits bits of its own one-token step (speculative
-    // decoding relies on it to keep the output unchanged). The CPU backend does, for every path and split.
-    virtual bool multi_token_forward_is_exact() const { return false; }
+    // The most tokens a forward() may take and still give each token the logits bits of its own one-token
+    // step (speculative decoding and jump-forward keep their batches within it, so the output is unchanged);
+    // forward_sequences then does too, for any number of sequences. 0: neither is exact. The CPU backend is
+    // exact for every length, path and split; CUDA for the batches it runs through its decode kernels.
+    virtual int32_t exact_forward_tokens() const { return 0; }
 };
 
 // Argument checks shared by every backend (throw Error prefixed with `backend`, e.g. "cpu backend"):

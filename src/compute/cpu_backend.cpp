@@ -79,7 +79,8 @@ public:
     }
 
     std::string name() const override { return name_; }
-    bool multi_token_forward_is_exact() const override { return true; }  // tests/compute/test_cpu_backend.cpp
+    // tests/compute/test_cpu_backend.cpp
+    int32_t exact_forward_tokens() const override { return INT32_MAX; }
     const ModelConfig& config() const override { return config_; }
     int32_t n_kv_blocks() const override { return n_kv_blocks_; }
     size_t kv_block_bytes() const override { return layout_.block_bytes(); }

@@ -78,7 +78,7 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
     const int32_t n_vocab = engine.model().config().n_vocab, n_beams = options.n_beams;
     const int32_t block_size = engine.pool().block_size();
     KVLM_ASSERT(n_beams >= 1 && int32_t(logits.size()) == n_vocab, "beam search arguments");
-    KVLM_ASSERT(backend.multi_token_forward_is_exact(), "beam search needs a batch-invariant backend");
+    KVLM_ASSERT(backend.exact_forward_tokens() > 0, "beam search needs a batch-invariant backend");
     const int32_t prompt_len = int32_t(prompt_seq.tokens.size());
     const int32_t max_new = options.n_predict >= 0 ? options.n_predict : engine.n_ctx() - prompt_len;
 

@@ -34,7 +34,7 @@ struct BeamResult {
 };
 
 // Searches from `prompt` (its K/V in `prompt_seq`, `logits` those of its last token). prompt_seq is
-// consumed (released). Needs a batch-invariant backend (Backend::multi_token_forward_is_exact).
+// consumed (released). Needs a batch-invariant backend (Backend::exact_forward_tokens() > 0).
 BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<float>& logits,
                        const BeamOptions& options);
 

@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
-bool can_jump_forward(Engine& engine) { return engine.backend().multi_token_forward_is_exact(); }
+bool can_jump_forward(Engine& engine) { return engine.backend().exact_forward_tokens() >= 2; }
 
 GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<float> logits, int32_t n_predict,
                                     Sampler& sampler, const TextCallback& on_text, const ConstraintOptions& options,
@@ -101,7 +101,7 @@ GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<f
         // steps would not reach (the -n limit, a full context).
         int32_t n_along = 0;
         if (jump && queue.size() >= 2) {
-            n_along = int32_t(queue.size()) - 1;
+            n_along = std::min(int32_t(queue.size()) - 1, backend.exact_forward_tokens() - 1);  // one exact forward
             if (n_predict > 0) n_along = std::min(n_along, n_predict - step - 2);
             n_along = std::max(0, std::min(n_along, n_ctx - pos - 1));
         }

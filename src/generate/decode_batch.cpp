@@ -38,7 +38,7 @@ std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<S
     const int32_t n_ctx = engine.n_ctx();
     KVLM_ASSERT(int32_t(logits.size()) == n_vocab, "decode_samples needs the prompt's last logits");
     KVLM_ASSERT(seqs.size() == samplers.size() && !seqs.empty(), "one sampler per sequence");
-    KVLM_ASSERT(backend.multi_token_forward_is_exact(), "decode_samples needs a batch-invariant backend");
+    KVLM_ASSERT(backend.exact_forward_tokens() > 0, "decode_samples needs a batch-invariant backend");
     const bool strip_space_after_bos = tokenizer.data().type == "spm" && tokenizer.data().add_space_prefix;
     const auto decode_start = Clock::now();
 

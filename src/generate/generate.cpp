@@ -68,9 +68,9 @@ Prefill prefill(Engine& engine, Sequence& seq, const std::vector<int32_t>& promp
 }
 
 void check_speculation_backend(Engine& engine) {
-    if (!engine.backend().multi_token_forward_is_exact())
-        throw_error("--spec runs on the CPU backend only for now: a forward of several tokens on {} does not give "
-                    "the bits of its one-token steps, so speculation could change the output (use --device cpu)",
+    if (engine.backend().exact_forward_tokens() < 2)
+        throw_error("--spec needs a forward of several tokens that gives the bits of its one-token steps, which {} "
+                    "does not have with this model, so speculation could change the output (use --device cpu)",
                     engine.backend().name());
 }
 
@@ -192,7 +192,8 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
             }
             seq.tokens.push_back(token);
             // Drafts whose every token could still be emitted (and its successor sampled) within -n and the context.
-            int32_t room = std::min(spec->max_drafted, n_ctx - pos - 1);
+            // ... and that one forward verifies exactly (a backend's exact batch holds the token and its drafts).
+            int32_t room = std::min({spec->max_drafted, n_ctx - pos - 1, backend.exact_forward_tokens() - 1});
             if (n_predict > 0) room = std::min(room, n_predict - step - 2);
             std::vector<int32_t> drafts;
             if (step >= no_draft_until)

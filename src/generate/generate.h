@@ -109,7 +109,7 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
 // decode() of several sequences side by side (--samples: forks of one prompt, one sampler each), without
 // speculation: each step runs every sequence still going through one Backend::forward_sequences, so the
 // weights are streamed once per step for all of them. Sequence i gets exactly decode()'s tokens, logits
-// hash and stop with samplers[i] (needs backend.multi_token_forward_is_exact(): the CPU backend). on_text
+// hash and stop with samplers[i] (needs backend.exact_forward_tokens() > 0). on_text
 // gets the sequence's index. The pool must hold all of them at once (a full pool stops a sequence with
 // "KV cache full", as in decode()).
 using SampleTextCallback = std::function<void(size_t sequence, const std::string& text)>;

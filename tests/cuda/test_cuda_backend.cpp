@@ -171,6 +171,92 @@ TEST_CASE("cuda backend: long prompts (chunked prefill over hundreds of blocks) 
     compare_run(*m, DType::bf16, 5, 600, 604, 3e-2f, "600-token prompt, bf16 KV, block_size 5");
 }
 
+// Speculative verification, jump-forward, beams and batched samples need a forward of several tokens, or
+// of several sequences, to give every token the logits bits of its own one-token step.
+TEST_CASE("cuda backend: batched decode rows give every token the bits of its one-token step") {
+    if (!have_cuda()) return;
+    ModelConfig wide = small_random_config();  // q8_0 KV needs head_dim a multiple of 32
+    wide.n_embd = 256, wide.n_heads = 4, wide.n_kv_heads = 2, wide.head_dim = 128, wide.n_ff = 320;
+    // Three sequences with their own blocks; in the first case the last one's context is long enough for split
+    // attention (past 256 keys), so rows of one launch split differently.
+    struct Case { std::string name; DType weights, kv; ModelConfig config; int32_t longest; };
+    const Case kCases[] = {{"f32, f32 kv", DType::f32, DType::f32, small_random_config(), 290},
+                           {"bf16, f16 kv", DType::bf16, DType::f16, small_random_config(), 20},
+                           {"q4_1, q8_0 kv, head_dim 128", DType::q4_1, DType::q8_0, wide, 20}};
+    const int32_t kExtra = 24, kBlock = 16;
+    for (const Case& c : kCases) {
+        const int32_t kPrompt[3] = {3, 7, c.longest};
+        CAPTURE(c.name);
+        auto m = make_random_model(c.config, c.weights, 21);
+        const int32_t n_vocab = m->config.n_vocab;
+        BackendOptions options;
+        options.block_size = kBlock, options.kv_dtype = c.kv, options.n_kv_blocks = 3 * 21;
+        auto one_by_one = make_cuda_backend(m->config, m->weights, options);
+        auto batched = make_cuda_backend(m->config, m->weights, options);
+        CHECK(batched->exact_forward_tokens() >= 2);
+        BlockTable tables[3];
+        std::vector<int32_t> tokens[3];
+        std::vector<float> expected[3];  // [token][n_vocab]: logits after each token past the prompt's first
+        for (int i = 0; i < 3; i++) {
+            const int32_t n = kPrompt[i] + kExtra;
+            tables[i].blocks.resize(size_t((n + kBlock - 1) / kBlock));
+            for (size_t b = 0; b < tables[i].blocks.size(); b++) tables[i].blocks[b] = int32_t(21 * i + 20 - b);
+            tokens[i] = random_tokens(n, n_vocab, uint32_t(40 + i));
+            expected[i].resize(size_t(n) * n_vocab);
+            std::vector<float> last(static_cast<size_t>(n_vocab));
+            // The prompt's K/V, the same way on both backends; then one token per forward.
+            one_by_one->forward(tokens[i].data(), kPrompt[i], 0, tables[i], last.data());
+            batched->forward(tokens[i].data(), kPrompt[i], 0, tables[i], last.data());
+            for (int32_t pos = kPrompt[i]; pos < n; pos++)
+                one_by_one->forward(&tokens[i][size_t(pos)], 1, pos, tables[i], &expected[i][size_t(pos) * n_vocab]);
+        }
+        // Batched: per step, each sequence takes a different number of tokens (one; several with all logits, as
+        // a verification; several with the last only, as jump-forward), together in one forward_sequences, and
+        // on some steps a sequence alone through forward(); every logit compared bit for bit.
+        const int32_t kTake[][3] = {{1, 1, 1}, {3, 1, 2}, {1, 5, 1}, {12, 2, 4}, {2, 9, 16}, {5, 6, 0}};
+        int32_t pos[3] = {kPrompt[0], kPrompt[1], kPrompt[2]};
+        std::vector<float> got[3];
+        for (int i = 0; i < 3; i++) got[i].assign(expected[i].size(), NAN);
+        int step = 0;
+        for (const auto& take : kTake) {
+            std::vector<Backend::SequenceInput> inputs;
+            for (int i = 0; i < 3; i++) {
+                if (take[i] == 0) continue;
+                Backend::SequenceInput in;
+                in.tokens = &tokens[i][size_t(pos[i])], in.n_tokens = take[i], in.pos = pos[i], in.table = &tables[i];
+                in.all_logits = i != 1;  // sequence 1 wants its last token's logits only
+                in.logits = &got[i][size_t(pos[i] + (in.all_logits ? 0 : take[i] - 1)) * n_vocab];
+                inputs.push_back(in);
+            }
+            if (step % 3 == 2) {
+                for (const auto& in : inputs) batched->forward(in.tokens, in.n_tokens, in.pos, *in.table, in.logits, in.all_logits);
+            } else {
+                batched->forward_sequences(inputs.data(), inputs.size());
+            }
+            for (int i = 0; i < 3; i++) pos[i] += take[i];
+            step++;
+        }
+        for (int i = 0; i < 3; i++) {
+            CAPTURE(i);
+            for (int32_t p = kPrompt[i]; p < pos[i]; p++) {
+                CAPTURE(p);
+                const float* e = &expected[i][size_t(p) * n_vocab];
+                const float* g = &got[i][size_t(p) * n_vocab];
+                if (i == 1 && std::isnan(g[0])) continue;  // not asked for
+                CHECK(std::memcmp(e, g, size_t(n_vocab) * sizeof(float)) == 0);
+            }
+        }
+        // The K/V the batched rows wrote are the one-token steps' bytes (block by block).
+        std::vector<uint8_t> a(one_by_one->kv_block_bytes()), b(a.size());
+        for (int i = 0; i < 3; i++)
+            for (int32_t blk : tables[i].blocks) {
+                one_by_one->read_kv_block(blk, a.data());
+                batched->read_kv_block(blk, b.data());
+                CHECK(a == b);
+            }
+    }
+}
+
 TEST_CASE("cuda backend: KV blocks round trip and move between backends") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 9);

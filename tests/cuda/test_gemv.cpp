@@ -339,4 +339,63 @@ TEST_CASE("cuda kernels: gemv bad arguments throw, empty outputs launch nothing"
     CHECK_NOTHROW(cuda_test::gemv_swiglu(out.data(), x.data(), w.data(), w.data(), DType::f32, n_in, 0, nullptr, kEps));
 }
 
+// The batched exact forward's GEMVs: n_tokens inputs in launches of up to 8, each token's outputs the bits of
+// a one-token launch, whichever path the group takes (x staged in shared memory for one token but read from
+// global memory for 8 at n_in 2048; the scalar path at n_in 100 for 16-bit weights), for every weight dtype,
+// with norm, bias and the residual accumulate, Q/K/V-style multi-output launches and SwiGLU.
+TEST_CASE("cuda kernels: gemv over several tokens gives each token the bits of its own launch") {
+    if (!have_cuda_device()) return;
+    uint64_t seed = 9000;
+    const DType kAll[] = {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1};
+    for (int32_t n_in : {64, 100, 2048}) {
+        for (DType dtype : kAll) {
+            if (dtype_is_quantized(dtype) && n_in % 32 != 0) continue;
+            CAPTURE(n_in);
+            CAPTURE(dtype_name(dtype));
+            const int32_t n_tokens = 11;  // a group of 8, then one of 3
+            const int32_t n_outs[2] = {40, 17};
+            std::vector<uint8_t> w[2];
+            std::vector<float> bias[2], init[2];
+            for (int o = 0; o < 2; o++) {
+                const std::vector<float> f = random_matrix(n_outs[o], n_in, seed++);
+                w[o].resize(size_t(dtype_bytes(dtype, f.size())));
+                convert_from_f32(dtype, f.data(), w[o].data(), f.size());
+                bias[o] = random_floats(size_t(n_outs[o]), -1, 1, seed++);
+                init[o] = random_floats(size_t(n_tokens) * n_outs[o], -1, 1, seed++);
+            }
+            const std::vector<float> x = random_floats(size_t(n_tokens) * n_in, -1, 1, seed++);
+            const std::vector<float> nw = random_floats(size_t(n_in), 0.5f, 1.5f, seed++);
+            const void* weights[2] = {w[0].data(), w[1].data()};
+            const DType dtypes[2] = {dtype, dtype};
+            const float* biases[2] = {bias[0].data(), bias[1].data()};
+            // All tokens at once (accumulating into init, normed, with bias) ...
+            std::vector<float> all[2] = {init[0], init[1]};
+            float* outs[2] = {all[0].data(), all[1].data()};
+            cuda_test::gemv_tokens(outs, weights, dtypes, biases, n_outs, 2, x.data(), n_tokens, n_in, nw.data(), kEps,
+                                   true);
+            // ... against one launch per token.
+            for (int32_t t = 0; t < n_tokens; t++) {
+                std::vector<float> one[2];
+                for (int o = 0; o < 2; o++)
+                    one[o].assign(init[o].begin() + ptrdiff_t(t) * n_outs[o], init[o].begin() + ptrdiff_t(t + 1) * n_outs[o]);
+                float* one_outs[2] = {one[0].data(), one[1].data()};
+                cuda_test::gemv(one_outs, weights, dtypes, biases, n_outs, 2, x.data() + size_t(t) * n_in, n_in,
+                                nw.data(), kEps, true);
+                for (int o = 0; o < 2; o++)
+                    CHECK(std::memcmp(one[o].data(), all[o].data() + size_t(t) * n_outs[o], one[o].size() * 4) == 0);
+            }
+            // SwiGLU, gate and up in the same dtype.
+            const int32_t n_ff = 16;  // rows of both matrices (40 and 17)
+            std::vector<float> swiglu_all(size_t(n_tokens) * n_ff), swiglu_one(static_cast<size_t>(n_ff));
+            cuda_test::gemv_swiglu_tokens(swiglu_all.data(), x.data(), n_tokens, w[0].data(), w[1].data(), dtype, n_in,
+                                          n_ff, nw.data(), kEps);
+            for (int32_t t = 0; t < n_tokens; t++) {
+                cuda_test::gemv_swiglu(swiglu_one.data(), x.data() + size_t(t) * n_in, w[0].data(), w[1].data(), dtype,
+                                       n_in, n_ff, nw.data(), kEps);
+                CHECK(std::memcmp(swiglu_one.data(), swiglu_all.data() + size_t(t) * n_ff, size_t(n_ff) * 4) == 0);
+            }
+        }
+    }
+}
+
 #endif  // KVLM_CUDA
