@@ -134,9 +134,11 @@ stage_tests() {
             fail "$memcheck"
         samplecheck=$(sanitize memcheck 60 'cuda kernels: the device sampler*' memcheck-sampler) ||
             fail "$samplecheck"
-        local prefill='cuda kernels: prefill attention on tensor cores vs the CPU twin and the paged kernel'
-        racecheck=$(sanitize racecheck 90 "$prefill") || fail "$racecheck"
-        synccheck=$(sanitize synccheck 60 "$prefill") || fail "$synccheck"
+        # The tensor-core prefill attention, and the multi-token GEMVs (several tokens' rms sums and staging
+        # through one block's shared memory).
+        local shared='cuda kernels: prefill attention on tensor cores vs the CPU twin and the paged kernel,cuda kernels: gemv over several tokens*'
+        racecheck=$(sanitize racecheck 90 "$shared") || fail "$racecheck"
+        synccheck=$(sanitize synccheck 60 "$shared") || fail "$synccheck"
     else
         memcheck="compute-sanitizer not found"
     fi
