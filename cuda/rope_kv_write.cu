@@ -16,7 +16,7 @@ namespace {
 constexpr int kRopeKvThreads = 64;  // half of head_dim 128: one pair per thread in the common case
 
 // Element offset of position pos's K (kind 0) or V (kind 1) row of `layer` in the pool: kv_write_kernel's
-// arithmetic (KvLayout::row_offset is host-only).
+// arithmetic (KvLayout::row_byte_offset is host-only, and CUDA pools are unpadded).
 __device__ __forceinline__ int64_t pool_row(const KvLayout& layout, int32_t layer, int32_t kind,
                                             const int32_t* block_table, int32_t pos) {
     const int64_t row = int64_t(layout.n_kv_heads) * layout.head_dim;

@@ -1,4 +1,5 @@
-// CPU backend: owns the KV block storage (n_kv_blocks records of KvLayout::block_bytes()), scratch
+// CPU backend: owns the KV block storage (n_kv_blocks records of KvLayout::block_bytes(), one every
+// KvLayout::stride() bytes), scratch
 // buffers sized for the largest batch (decode allocates nothing) and the thread pool.
 #include "compute/cpu_backend.h"
 
@@ -38,6 +39,15 @@ private:
     std::unique_ptr<float, Free> data_;
 };
 
+// Pool bytes per block record: the record rounded up to whole pages where that wastes at most 1/16 of it (q8_0
+// records, 34-byte blocks, are not whole pages; f32/f16/bf16 records of real models are), so that a session
+// restore can map block files over pool blocks (map_kv_block); otherwise the record itself.
+int64_t pool_block_stride(const KvLayout& layout) {
+    const int64_t bytes = int64_t(layout.block_bytes()), page = int64_t(HugeBuffer::page_size());
+    const int64_t padded = (bytes + page - 1) / page * page;
+    return padded - bytes <= bytes / 16 ? padded : bytes;
+}
+
 class CpuBackend final : public Backend {
 public:
     CpuBackend(const ModelConfig& config, const ModelWeights& weights, const BackendOptions& options)
@@ -47,10 +57,12 @@ public:
         if (options.block_size < 1) throw_error("cpu backend: block size {} must be at least 1", options.block_size);
         check_kv_dtype(config_, options.kv_dtype);
         layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
+        layout_.block_stride = pool_block_stride(layout_);
+        stride_ = size_t(layout_.stride());
         n_kv_blocks_ = kv_blocks_for_free_memory(kv_block_count(config_, options), options, host_available_memory(),
-                                                 layout_.block_bytes());
-        size_t total = size_t(n_kv_blocks_) * layout_.block_bytes();
-        if (total / layout_.block_bytes() != size_t(n_kv_blocks_)) throw_error("cpu backend: KV cache size overflows");
+                                                 stride_);
+        size_t total = size_t(n_kv_blocks_) * stride_;
+        if (total / stride_ != size_t(n_kv_blocks_)) throw_error("cpu backend: KV cache size overflows");
         if (!kv_memory_.allocate(total))
             throw_error("cpu backend: the KV pool of {} blocks ({}, {} tokens per block, {}) does not fit in memory; {}",
                         n_kv_blocks_, byte_size_text(total), layout_.block_size, dtype_name(layout_.dtype),
@@ -87,36 +99,37 @@ public:
 
     void read_kv_block(int32_t block, void* dst) const override {
         check_block(block, "read_kv_block");
-        std::memcpy(dst, kv_ + size_t(block) * kv_block_bytes(), kv_block_bytes());
+        std::memcpy(dst, kv_ + size_t(block) * stride_, kv_block_bytes());
     }
     void write_kv_block(int32_t block, const void* src) override {
         check_block(block, "write_kv_block");
-        std::memcpy(kv_ + size_t(block) * kv_block_bytes(), src, kv_block_bytes());
+        std::memcpy(kv_ + size_t(block) * stride_, src, kv_block_bytes());
     }
     void* host_kv_block(int32_t block) override {
         check_block(block, "host_kv_block");
-        return kv_ + size_t(block) * kv_block_bytes();
+        return kv_ + size_t(block) * stride_;
     }
     bool map_kv_block(int32_t block, int fd) override {
         check_block(block, "map_kv_block");
         // Only over memory never touched: unmapping written pages first (and flushing every thread's TLB)
         // costs more than reading into them.
-        const size_t offset = size_t(block) * kv_block_bytes();
-        return !kv_memory_.resident(offset, kv_block_bytes()) && kv_memory_.map_file(offset, kv_block_bytes(), fd);
+        // The whole stride: a padded record's last page maps the file's end (its header, then zeros past the
+        // end of the file), which nothing reads.
+        const size_t offset = size_t(block) * stride_;
+        return !kv_memory_.resident(offset, stride_) && kv_memory_.map_file(offset, stride_, fd);
     }
     void make_kv_memory_cold() override {
-        kv_memory_.remap_anonymous(0, size_t(n_kv_blocks_) * kv_block_bytes());
+        kv_memory_.remap_anonymous(0, size_t(n_kv_blocks_) * stride_);
     }
     void unmap_kv_block(int32_t block) override {
         check_block(block, "unmap_kv_block");
-        kv_memory_.remap_anonymous(size_t(block) * kv_block_bytes(), kv_block_bytes());
+        kv_memory_.remap_anonymous(size_t(block) * stride_, stride_);
     }
     void copy_kv_block(int32_t src_block, int32_t dst_block) override {
         check_block(src_block, "copy_kv_block");
         check_block(dst_block, "copy_kv_block");
         if (src_block == dst_block) return;
-        std::memcpy(kv_ + size_t(dst_block) * kv_block_bytes(), kv_ + size_t(src_block) * kv_block_bytes(),
-                    kv_block_bytes());
+        std::memcpy(kv_ + size_t(dst_block) * stride_, kv_ + size_t(src_block) * stride_, kv_block_bytes());
     }
 
     void forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table, float* logits,
@@ -283,7 +296,8 @@ private:
     int32_t n_kv_blocks_ = 0;
     int32_t max_batch_ = 1;
     HugeBuffer kv_memory_;
-    char* kv_ = nullptr;  // kv_memory_: [n_kv_blocks] block records
+    char* kv_ = nullptr;  // kv_memory_: [n_kv_blocks] block records, one every stride_ bytes
+    size_t stride_ = 0;   // layout_.stride()
     std::vector<float> inv_freq_;  // [head_dim / 2]
     // Scratch for one batch: x/h/tmp [max_batch, n_embd], q/att [max_batch, n_heads*head_dim],
     // k/v [max_batch, n_kv_heads*head_dim], gate/up [max_batch, n_ff].

@@ -95,7 +95,7 @@ void kv_write_cpu(void* kv, const KvLayout& layout, int32_t layer, const float* 
         int32_t block = block_table[pos / layout.block_size], slot = pos % layout.block_size;
         for (int32_t kind = 0; kind < 2; kind++) {
             const float* src = (kind == 0 ? k : v) + int64_t(t) * row;
-            char* dst = static_cast<char*>(kv) + layout.bytes_of(layout.row_offset(block, layer, kind, slot));
+            char* dst = static_cast<char*>(kv) + layout.row_byte_offset(block, layer, kind, slot);
             convert_from_f32(layout.dtype, src, dst, size_t(row));
         }
     }
@@ -173,10 +173,9 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
             const int32_t n_keys = std::min(kAttentionChunk, last_key - key0 + 1);
             for (int32_t j = 0; j < n_keys; j++) {
                 const int32_t pos = key0 + j, block = block_table[pos / layout.block_size], slot = pos % layout.block_size;
-                const int64_t k_offset = layout.row_offset(block, layer, 0, slot) + int64_t(kv_head) * head_dim;
-                const int64_t v_offset = layout.row_offset(block, layer, 1, slot) + int64_t(kv_head) * head_dim;
-                k_rows[j] = static_cast<const char*>(kv) + layout.bytes_of(k_offset);
-                v_rows[j] = static_cast<const char*>(kv) + layout.bytes_of(v_offset);
+                const int64_t head_offset = layout.bytes_of(int64_t(kv_head) * head_dim);
+                k_rows[j] = static_cast<const char*>(kv) + layout.row_byte_offset(block, layer, 0, slot) + head_offset;
+                v_rows[j] = static_cast<const char*>(kv) + layout.row_byte_offset(block, layer, 1, slot) + head_offset;
             }
             const AttentionQueries tile_queries{queries + int64_t(first) * head_dim,
                                                 last.data() + first,

@@ -421,7 +421,7 @@ std::vector<float> run_attention(const AttentionCase& c, int32_t block_size, int
                     int32_t idx = int32_t(std::find(table.begin(), table.end(), b) - table.begin());
                     bool written = used && idx * block_size + slot < n_ctx;
                     if (written) continue;
-                    const uint8_t* p = kv_data + layout.bytes_of(layout.row_offset(b, layer, kind, slot));
+                    const uint8_t* p = kv_data + layout.row_byte_offset(b, layer, kind, slot);
                     bool intact = std::all_of(p, p + layout.bytes_of(row), [](uint8_t byte) { return byte == 0xA5; });
                     CHECK(intact);
                 }
@@ -543,7 +543,7 @@ TEST_CASE("cpu_ops: a q8_0 KV cache holds ggml's q8_0 blocks, and attention over
                 const std::vector<uint8_t> k_blocks = encode(std::vector<float>(k.begin() + long(7 * row),
                                                                                 k.begin() + long(8 * row)),
                                                              DType::q8_0);
-                CHECK(std::memcmp(pool.data() + layout.bytes_of(layout.row_offset(0, 0, 0, 2)), k_blocks.data(),
+                CHECK(std::memcmp(pool.data() + layout.row_byte_offset(0, 0, 0, 2), k_blocks.data(),
                                   k_blocks.size()) == 0);
                 CHECK(k_blocks.size() == row / 32 * 34);
 
