@@ -352,15 +352,17 @@ private:
                 runs.push_back({r, 1, splits});
         }
         // Replayed as a CUDA graph per pass shape (rows and attention runs: steps of beams or samples repeat
-        // theirs until a context length changes a split count).
+        // theirs until a context length changes a split count) from the shape's second pass on; a shape seen
+        // once (a short prompt) is not worth a capture.
         const auto enqueue = [&] { enqueue_rows(n, runs.data(), runs.size()); };
+        int64_t key = -1;
         if (use_graphs_) {
             std::vector<int32_t> shape = {n};
             for (const AttentionRun& run : runs) shape.insert(shape.end(), {run.first, run.n, run.n_splits});
-            rows_graphs_.launch(rows_graph_key(shape), stream(), enqueue);
-        } else {
-            enqueue();
+            key = rows_graph_key(shape);
         }
+        if (key >= 0) rows_graphs_.launch(key, stream(), enqueue);
+        else enqueue();
 
         // Logits: the wanted rows normalised side by side into h_, one head GEMV over them, each copied back.
         const ModelConfig& c = config_;
@@ -392,18 +394,21 @@ private:
         CUDA_CHECK(cudaStreamSynchronize(stream()));
     }
 
-    // The graph key of a pass shape; at most kMaxRowGraphs shapes are kept (then all are dropped and recaptured).
+    // The graph key of a pass shape, or -1 the first time it is seen; at most kMaxRowShapes shapes are
+    // remembered (then all are forgotten, with their graphs).
     int64_t rows_graph_key(const std::vector<int32_t>& shape) {
-        constexpr size_t kMaxRowGraphs = 64;
+        constexpr size_t kMaxRowShapes = 64;
         auto it = rows_graph_keys_.find(shape);
-        if (it != rows_graph_keys_.end()) return it->second;
-        if (rows_graph_keys_.size() >= kMaxRowGraphs) {
+        if (it != rows_graph_keys_.end()) {
+            if (it->second < 0) it->second = next_rows_graph_key_++;
+            return it->second;
+        }
+        if (rows_graph_keys_.size() >= kMaxRowShapes) {
             rows_graphs_.clear();
             rows_graph_keys_.clear();
         }
-        const int64_t key = int64_t(rows_graph_keys_.size());
-        rows_graph_keys_.emplace(shape, key);
-        return key;
+        rows_graph_keys_.emplace(shape, -1);
+        return -1;
     }
 
     // The decode step's kernels over n rows uploaded into ints_ (tokens, positions, table offsets, tables).
@@ -876,7 +881,8 @@ private:
     bool use_graphs_ = false;    // ... and replay them as CUDA graphs
     GraphCache decode_graphs_;   // keyed by the attention split count and whether the step samples
     GraphCache rows_graphs_;     // forward_rows passes, keyed through rows_graph_keys_ by their shape
-    std::map<std::vector<int32_t>, int64_t> rows_graph_keys_;
+    std::map<std::vector<int32_t>, int64_t> rows_graph_keys_;  // -1: seen once, no graph yet
+    int64_t next_rows_graph_key_ = 0;
     std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
     SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample)
     SampleResult* sample_out_ = nullptr;      // device: its result
