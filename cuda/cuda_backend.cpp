@@ -120,6 +120,14 @@ int select_device(cudaDeviceProp* prop) {
     return 0;
 }
 
+// One output of a decode GEMV launch: out = W x (+ bias), W's rows n_out.
+GemvOutput gemv_output(float* out, const TensorView& w, const TensorView* bias, int32_t n_out) {
+    GemvOutput o;
+    o.out = out, o.weight = w.data, o.dtype = w.dtype, o.n_out = n_out;
+    o.bias = bias ? static_cast<const float*>(bias->data) : nullptr;
+    return o;
+}
+
 class CudaBackend final : public Backend {
 public:
     CudaBackend(const ModelConfig& config, const ModelWeights& weights, const BackendOptions& options,
@@ -380,9 +388,7 @@ private:
             r += run;
         }
         if (n_wanted > 0) {
-            GemvOutput head;
-            head.out = logits_, head.weight = weights_.output.data, head.dtype = weights_.output.dtype;
-            head.n_out = c.n_vocab;
+            const GemvOutput head = gemv_output(logits_, weights_.output, nullptr, c.n_vocab);
             launch_gemv_tokens(&head, 1, h_, n_wanted, c.n_embd, nullptr, 0.0f, false, stream());
             int32_t w = 0;
             for (int32_t r = 0; r < n; r++) {
@@ -420,19 +426,13 @@ private:
         const int32_t* tables = ints_ + table_at();
         cudaStream_t s = stream();
         const auto f32 = [](const TensorView& v) { return static_cast<const float*>(v.data); };
-        const auto output = [](float* out, const TensorView& w, const TensorView* bias, int32_t n_out) {
-            GemvOutput o;
-            o.out = out, o.weight = w.data, o.dtype = w.dtype, o.n_out = n_out;
-            o.bias = bias ? static_cast<const float*>(bias->data) : nullptr;
-            return o;
-        };
         launch_embed(x_, tokens, weights_.token_embd.data, weights_.token_embd.dtype, n, dim, s);
         for (int32_t layer = 0; layer < c.n_layers; layer++) {
             const LayerWeights& lw = weights_.layers[size_t(layer)];
             const bool bias = c.qkv_bias;
-            const GemvOutput qkv[3] = {output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
-                                       output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
-                                       output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
+            const GemvOutput qkv[3] = {gemv_output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
+                                       gemv_output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
+                                       gemv_output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
             launch_gemv_tokens(qkv, 3, x_, n, dim, f32(lw.attn_norm), c.norm_eps, false, s);
             launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, tables, positions, inv_freq_, n, c.n_heads, s,
                                  row_tables);
@@ -442,11 +442,11 @@ private:
                                               runs[i].n, c.n_heads, runs[i].n_splits, prop_.multiProcessorCount,
                                               attention_, s, row_tables + runs[i].first);
             }
-            const GemvOutput attn_out = output(x_, lw.attn_output, nullptr, dim);
+            const GemvOutput attn_out = gemv_output(x_, lw.attn_output, nullptr, dim);
             launch_gemv_tokens(&attn_out, 1, att_, n, q_dim, nullptr, 0.0f, true, s);  // x += W_o att
             launch_gemv_swiglu_tokens(gate_, x_, n, lw.ffn_gate.data, lw.ffn_up.data, lw.ffn_gate.dtype, dim, c.n_ff,
                                       f32(lw.ffn_norm), c.norm_eps, s);
-            const GemvOutput ffn_out = output(x_, lw.ffn_down, nullptr, dim);
+            const GemvOutput ffn_out = gemv_output(x_, lw.ffn_down, nullptr, dim);
             launch_gemv_tokens(&ffn_out, 1, gate_, n, c.n_ff, nullptr, 0.0f, true, s);  // x += W_down swiglu
         }
     }
@@ -797,12 +797,6 @@ private:
         const int32_t *tokens = ints_ + decode_at(), *positions = tokens + 1, *block_table = ints_ + table_at();
         cudaStream_t s = stream();
         const auto f32 = [](const TensorView& v) { return static_cast<const float*>(v.data); };
-        const auto output = [](float* out, const TensorView& w, const TensorView* bias, int32_t n_out) {
-            GemvOutput o;
-            o.out = out, o.weight = w.data, o.dtype = w.dtype, o.n_out = n_out;
-            o.bias = bias ? static_cast<const float*>(bias->data) : nullptr;
-            return o;
-        };
         // KVLM_CUDA_PROFILE: an event after each stage, with the bytes the stage must move (weights once,
         // the K/V it reads, its f32 activations in and out). Never set while a graph is captured.
         const auto mark = [&](const char* stage, double bytes) {
@@ -814,9 +808,9 @@ private:
         for (int32_t layer = 0; layer < c.n_layers; layer++) {
             const LayerWeights& lw = weights_.layers[size_t(layer)];
             const bool bias = c.qkv_bias;
-            const GemvOutput qkv[3] = {output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
-                                       output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
-                                       output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
+            const GemvOutput qkv[3] = {gemv_output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
+                                       gemv_output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
+                                       gemv_output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
             launch_gemv(qkv, 3, x_, dim, f32(lw.attn_norm), c.norm_eps, false, s);
             mark("gemv q/k/v (rmsnorm inside)",
                  double(lw.attn_q.n_bytes() + lw.attn_k.n_bytes() + lw.attn_v.n_bytes()) + (dim + q_dim + 2 * kv_dim) * f4);
@@ -825,13 +819,13 @@ private:
             launch_paged_attention_splits(att_, q_, kv_, layout_, layer, block_table, positions, 1, c.n_heads, n_splits,
                                           prop_.multiProcessorCount, attention_, s);
             mark("attention", kv_read + 2 * q_dim * f4);
-            const GemvOutput attn_out = output(x_, lw.attn_output, nullptr, dim);
+            const GemvOutput attn_out = gemv_output(x_, lw.attn_output, nullptr, dim);
             launch_gemv(&attn_out, 1, att_, q_dim, nullptr, 0.0f, true, s);  // x += W_o att
             mark("gemv output (+ residual)", double(lw.attn_output.n_bytes()) + (q_dim + 2 * dim) * f4);
             launch_gemv_swiglu(gate_, x_, lw.ffn_gate.data, lw.ffn_up.data, lw.ffn_gate.dtype, dim, c.n_ff,
                                f32(lw.ffn_norm), c.norm_eps, s);
             mark("gemv gate/up + swiglu", double(lw.ffn_gate.n_bytes() + lw.ffn_up.n_bytes()) + (dim + c.n_ff) * f4);
-            const GemvOutput ffn_out = output(x_, lw.ffn_down, nullptr, dim);
+            const GemvOutput ffn_out = gemv_output(x_, lw.ffn_down, nullptr, dim);
             launch_gemv(&ffn_out, 1, gate_, c.n_ff, nullptr, 0.0f, true, s);  // x += W_down swiglu
             mark("gemv down (+ residual)", double(lw.ffn_down.n_bytes()) + (c.n_ff + 2 * dim) * f4);
         }
@@ -839,7 +833,7 @@ private:
         // recompute it.
         launch_rmsnorm(h_, x_, f32(weights_.output_norm), 1, dim, c.norm_eps, s);
         mark("head rmsnorm", 2 * dim * f4);
-        const GemvOutput head = output(logits_, weights_.output, nullptr, c.n_vocab);
+        const GemvOutput head = gemv_output(logits_, weights_.output, nullptr, c.n_vocab);
         launch_gemv(&head, 1, h_, dim, nullptr, 0.0f, false, s);
         mark("head gemv", double(weights_.output.n_bytes()) + (dim + c.n_vocab) * f4);
     }
