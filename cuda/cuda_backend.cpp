@@ -15,10 +15,12 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "decode_profile.h"
+#include "decode_slots.h"
 #include "device_peaks.h"
 #include "format/model_file.h"
 #include "graph_cache.h"
 #include "matmul.h"
+#include "pinned_buffer.h"
 #include "sample_host.h"
 #include "util/byte_size.h"
 #include "util/error.h"
@@ -81,18 +83,6 @@ public:
 
 private:
     std::vector<void*> blocks_;
-};
-
-class PinnedBuffer {
-public:
-    explicit PinnedBuffer(size_t bytes) { CUDA_CHECK(cudaMallocHost(&ptr_, std::max<size_t>(bytes, 64))); }
-    ~PinnedBuffer() { cudaFreeHost(ptr_); }
-    PinnedBuffer(const PinnedBuffer&) = delete;
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-    char* data() const { return static_cast<char*>(ptr_); }
-
-private:
-    void* ptr_ = nullptr;
 };
 
 struct Stream {
@@ -172,8 +162,10 @@ public:
         if (stream_) cudaStreamSynchronize(stream_->stream);
         if (profile_ && profile_->steps() > 0) std::fputs(profile_->table().c_str(), stderr);
         if (transfer_stats_ && decode_steps_ > 0)
-            fmt::print(stderr, "kvlm: CUDA transfers: {} decode steps, {} bytes device to host ({} per step)\n",
-                       decode_steps_, decode_d2h_bytes_, decode_d2h_bytes_ / decode_steps_);
+            fmt::print(stderr,
+                       "kvlm: CUDA transfers: {} decode steps, {} bytes device to host ({} per step); {} of the steps "
+                       "enqueued before the host had their input token\n",
+                       decode_steps_, decode_d2h_bytes_, decode_d2h_bytes_ / decode_steps_, decode_steps_ahead_);
     }
 
     std::string name() const override { return name_; }
@@ -454,6 +446,7 @@ private:
     void check_block(int32_t block, const char* what) const { check_kv_block("cuda backend", block, n_kv_blocks_, what); }
 
     void check_forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table) const {
+        KVLM_ASSERT(decode_slots_.in_flight() == 0, "a forward while decode steps are in flight");
         check_forward_args("cuda backend", config_, layout_.block_size, n_kv_blocks_, tokens, n_tokens, pos, table);
     }
 
@@ -556,9 +549,6 @@ private:
         logits_ = arena_.alloc<float>(size_t(std::min(max_batch_, kLogitsRows)) * c.n_vocab, "the logits buffer");
         sample_in_ = arena_.alloc<SampleInputs>(1, "the sampler's inputs");
         sample_out_ = arena_.alloc<SampleResult>(1, "the sampler's result");
-        sample_pinned_ = std::make_unique<PinnedBuffer>(sizeof(SampleInputs) + sizeof(SampleResult));
-        sample_in_host_ = reinterpret_cast<SampleInputs*>(sample_pinned_->data());
-        sample_out_host_ = reinterpret_cast<SampleResult*>(sample_pinned_->data() + sizeof(SampleInputs));
         attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;
         attention_.partials = arena_.alloc<float>(size_t(attention_.max_rows) * (kCudaMaxHeadDim + 2),
                                                   "attention scratch");
@@ -709,9 +699,11 @@ private:
     // the whole step - everything but the input upload and the logits download - replays as one CUDA graph
     // per split count. The graph's kernels read the token, its position and the block table from ints_.
     void decode_step(int32_t token, int32_t pos, const BlockTable& table, float* logits) {
-        run_decode(upload_decode_inputs(token, pos, table), pos, false);
+        DecodeSlots::Slot& slot = decode_slots_.claim(table_capacity_);
+        run_decode(upload_decode_inputs(token, pos, table, slot.inputs), pos, false);
         copy_logits_back(logits);
         CUDA_CHECK(cudaStreamSynchronize(stream()));
+        decode_slots_.release_oldest();
     }
 
     bool samples_on_device(const SampleRequest& r) const override {
@@ -722,6 +714,14 @@ private:
         return r.min_p > 0.0f && r.min_p <= 1.0f;  // top-k off: the min-p floor bounds the candidates
     }
 
+    // Steps whose token is always picked on the device (never handed back for the host to sort), with room
+    // in the penalty list for the input token the device adds.
+    bool chains_decode_steps(const SampleRequest& r) const override {
+        if (!samples_on_device(r) || r.n_penalty >= kSampleMaxPenalty) return false;
+        const int32_t n_vocab = config_.n_vocab;
+        return r.temperature <= 0.0f || n_vocab == 1 || (r.top_k > 0 && r.top_k < n_vocab);
+    }
+
     // The decode step with sample.cu as its last launch (inside the graph): the token id, status and digest
     // come back through pinned memory; the logits only when the device could not sample.
     SampleOutcome decode_sample(int32_t token, int32_t pos, const BlockTable& table, const SampleRequest& request,
@@ -730,15 +730,8 @@ private:
             forward(&token, 1, pos, table, logits, false);
             return {};
         }
-        check_forward(&token, 1, pos, table);
-        const size_t input_bytes = fill_sample_inputs(sample_in_host_, request);
-        const int32_t n_splits = upload_decode_inputs(token, pos, table);
-        CUDA_CHECK(cudaMemcpyAsync(sample_in_, sample_in_host_, input_bytes, cudaMemcpyHostToDevice, stream()));
-        run_decode(n_splits, pos, true);
-        CUDA_CHECK(cudaMemcpyAsync(sample_out_host_, sample_out_, sizeof(SampleResult), cudaMemcpyDeviceToHost, stream()));
-        CUDA_CHECK(cudaStreamSynchronize(stream()));
-        decode_d2h_bytes_ += sizeof(SampleResult);
-        const SampleOutcome out = sample_outcome(*sample_out_host_);
+        enqueue_sampled_step(token, pos, table, request);
+        const SampleOutcome out = wait_decode_step();
         if (out.status == SampleOutcome::kNeedsHost) {  // the kernel put the logits back as they came
             copy_logits_back(logits);
             CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -746,18 +739,59 @@ private:
         return out;
     }
 
-    // Stages the token, its position and the table's blocks in use for the decode graph (one small upload);
-    // returns the attention split count, which picks the graph.
-    int32_t upload_decode_inputs(int32_t token, int32_t pos, const BlockTable& table) {
+    void enqueue_decode_step(int32_t token, int32_t pos, const BlockTable& table,
+                             const SampleRequest& request) override {
+        KVLM_ASSERT(chains_decode_steps(request), "enqueue_decode_step with settings the device cannot chain");
+        enqueue_sampled_step(token, pos, table, request);
+    }
+
+    SampleOutcome wait_decode_step() override {
+        DecodeSlots::Slot& slot = decode_slots_.oldest();
+        CUDA_CHECK(cudaEventSynchronize(slot.done));
+        const SampleOutcome out = sample_outcome(*slot.sample_out);
+        decode_slots_.release_oldest();
+        return out;
+    }
+
+    // Queues a sampled decode step: its inputs, the step, its result's copy back and an event. token
+    // kTokenFromDevice: the input is what the step before it (still in flight) picks, which sample.cu
+    // leaves where the step reads its token, so that field is not uploaded.
+    void enqueue_sampled_step(int32_t token, int32_t pos, const BlockTable& table, const SampleRequest& request) {
+        const bool from_device = token == kTokenFromDevice;
+        if (from_device) {
+            KVLM_ASSERT(decode_slots_.in_flight() == 1, "a step's input from the device without a step before it");
+            const int32_t any_token = 0;  // stands in for the device's token in the argument check
+            check_forward_args("cuda backend", config_, layout_.block_size, n_kv_blocks_, &any_token, 1, pos, table);
+            // ints_ must not move under the step before it (it writes this step's token there).
+            KVLM_ASSERT(int64_t(pos) / layout_.block_size < table_capacity_, "a step ahead needs a longer table");
+        } else {
+            check_forward(&token, 1, pos, table);
+        }
+        DecodeSlots::Slot& slot = decode_slots_.claim(table_capacity_);
+        const size_t input_bytes = fill_sample_inputs(slot.sample_in, request);
+        const int32_t n_splits = upload_decode_inputs(token, pos, table, slot.inputs);
+        CUDA_CHECK(cudaMemcpyAsync(sample_in_, slot.sample_in, input_bytes, cudaMemcpyHostToDevice, stream()));
+        run_decode(n_splits, pos, true);
+        CUDA_CHECK(cudaMemcpyAsync(slot.sample_out, sample_out_, sizeof(SampleResult), cudaMemcpyDeviceToHost,
+                                   stream()));
+        CUDA_CHECK(cudaEventRecord(slot.done, stream()));
+        decode_d2h_bytes_ += sizeof(SampleResult);
+        if (from_device) decode_steps_ahead_++;
+    }
+
+    // Stages the token (unless it is kTokenFromDevice), its position and the table's blocks in use for the
+    // decode graph (one small upload from `staging`, pinned, [2 + blocks]); returns the attention split
+    // count, which picks the graph.
+    int32_t upload_decode_inputs(int32_t token, int32_t pos, const BlockTable& table, int32_t* staging) {
         const int64_t n_blocks_used = int64_t(pos) / layout_.block_size + 1;
         ensure_table_capacity(n_blocks_used);  // clears the graphs when ints_ moves
-        int32_t* host = reinterpret_cast<int32_t*>(ints_host_->data());
-        host[decode_at()] = token;
-        host[decode_at() + 1] = pos;
-        std::memcpy(host + table_at(), table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
-        CUDA_CHECK(cudaMemcpyAsync(ints_ + decode_at(), host + decode_at(),
-                                   size_t(table_at() - decode_at() + n_blocks_used) * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, stream()));
+        staging[0] = token;
+        staging[1] = pos;
+        std::memcpy(staging + 2, table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
+        const int32_t skip = token == kTokenFromDevice ? 1 : 0;
+        CUDA_CHECK(cudaMemcpyAsync(ints_ + decode_at() + skip, staging + skip,
+                                   size_t(2 - skip + n_blocks_used) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                   stream()));
         decode_steps_++;
         return paged_attention_split_count(1, config_.n_heads, layout_.n_kv_heads, pos + 1, prop_.multiProcessorCount,
                                            attention_);
@@ -769,7 +803,7 @@ private:
         const auto enqueue = [&] {
             enqueue_decode(n_splits);
             if (!sample) return;
-            launch_sample(logits_, config_.n_vocab, sample_in_, sample_out_, stream());
+            launch_sample(logits_, config_.n_vocab, sample_in_, sample_out_, ints_ + decode_at(), stream());
             if (profile_) profile_->mark("sample", double(config_.n_vocab) * sizeof(float) * 2);
         };
         if (use_graphs_) {
@@ -880,12 +914,11 @@ private:
     std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
     SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample)
     SampleResult* sample_out_ = nullptr;      // device: its result
-    std::unique_ptr<PinnedBuffer> sample_pinned_;  // host staging of both
-    SampleInputs* sample_in_host_ = nullptr;
-    SampleResult* sample_out_host_ = nullptr;
+    DecodeSlots decode_slots_;                 // host staging and results of the decode steps in flight
     bool transfer_stats_ = false;   // KVLM_CUDA_TRANSFERS=1: print the counters below at the end
     int64_t decode_steps_ = 0;
     uint64_t decode_d2h_bytes_ = 0;  // device-to-host bytes of decode steps (logits or sampled ids)
+    int64_t decode_steps_ahead_ = 0;  // steps enqueued with the input token of the step still in flight
     int32_t profile_pos_ = 0;    // the profiled step's position (for the K/V bytes attention reads)
     std::string name_;
 };

@@ -32,6 +32,8 @@ constexpr int32_t kSampleMaxPenalty = 1024;     // distinct tokens the repetitio
 struct SampleInputs {
     float temperature, top_p, min_p, repeat_penalty;  // as SamplingParams; penalty tokens listed once each
     int32_t top_k, n_penalty;
+    int32_t penalize_step_token;  // 1: the step's input token is penalized too (listed or not: once)
+    int32_t want_probability;     // 1: SampleResult::probability
     double u01;  // the sampler's draw in [0, 1) for this step
     int32_t penalty_tokens[kSampleMaxPenalty];
 };
@@ -40,11 +42,14 @@ struct SampleResult {
     int32_t token;      // kSampleOk: the chosen token
     int32_t status;     // SampleStatus; kSampleNeedsHost leaves the logits as they came (penalty undone)
     int32_t bad_index;  // kSampleBadNan/Inf: the first non-finite logit
-    int32_t unused;
+    float probability;  // kSampleOk with want_probability: softmax of the penalized logits at T = 1; else -1
     unsigned long long digest;  // order-independent 64-bit digest of the (penalized) logits
 };
+// step_token: in, the decode step's input token (for penalize_step_token); out, the chosen token (0 when none),
+// which is the input of a decode step enqueued behind this one before the host has seen the result.
 void launch_sample(float* logits,  // [n_vocab], penalized in place
-                   int32_t n_vocab, const SampleInputs* inputs, SampleResult* result, cudaStream_t stream);
+                   int32_t n_vocab, const SampleInputs* inputs, SampleResult* result, int32_t* step_token,
+                   cudaStream_t stream);
 
 // rmsnorm.cu: out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps). out may alias x.
 void launch_rmsnorm(float* out,           // [n, dim]

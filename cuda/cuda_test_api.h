@@ -19,8 +19,9 @@ bool device_available(std::string* why_not);
 bool cublas_available(std::string* why_not);
 
 // sample.cu through launch_sample, as CudaBackend::decode_sample runs it: `logits` [n_vocab] in, and out as
-// the kernel left them (penalized; as they came when the outcome is kNeedsHost).
-SampleOutcome sample(float* logits, int32_t n_vocab, const SampleRequest& request);
+// the kernel left them (penalized; as they came when the outcome is kNeedsHost). step_token (in/out, optional):
+// the step's input token, then the token the kernel leaves for the next step's input.
+SampleOutcome sample(float* logits, int32_t n_vocab, const SampleRequest& request, int32_t* step_token = nullptr);
 
 void embed(float* out, const int32_t* tokens, const void* table, DType dtype, int32_t n, int32_t dim,
            int32_t n_vocab);

@@ -1,5 +1,5 @@
 // Picking the next token where the logits are: the decode step's last launch when kvlm samples on the device,
-// so that only the token id goes back to the host. One thread block runs the CPU sampler's rule
+// so that only the token id goes back to the host, and the token is where the next step reads its input. One thread block runs the CPU sampler's rule
 // (src/generate/sampler.cpp) step for step: the repetition penalty on the listed tokens, the finiteness check
 // and argmax (lowest id among equal maxima), then greedy, or top-k -> softmax(temperature) over the kept set
 // (over the whole vocabulary when top-k is off) -> top-p -> min-p -> the draw the host took from the
@@ -49,6 +49,7 @@ struct SampleShared {
     unsigned long long warp_u64[kWarps];
     int32_t broadcast[4];
     double total;
+    double model_total;  // sum of exp(logit - max) over the vocabulary (want_probability)
 };
 
 // Exclusive prefix sum over the block's threads (thread order); *sum gets the block's total.
@@ -72,15 +73,25 @@ __device__ int32_t block_exclusive_scan(int32_t v, int32_t* warp_totals, int32_t
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t n_vocab, const SampleInputs* in,
-                                                          SampleResult* result) {
+                                                          SampleResult* result, int32_t* step_token) {
     __shared__ SampleShared s;
     const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-    const int32_t n_penalty = in->n_penalty;
+    const int32_t input_token = *step_token;  // read by every thread before thread 0 overwrites it (after a barrier)
 
-    // 1. Repetition penalty (the host lists each token once): positive logits divided, negative multiplied,
-    //    finite ones kept finite.
+    // 0. The penalty list: the host's, plus the step's input token when the host could not list it (a step
+    //    enqueued before the host had its input), unless it is listed already. Entry t is thread t's.
+    if (t == 0) s.broadcast[2] = 0;
+    __syncthreads();
+    if (t < in->n_penalty && in->penalty_tokens[t] == input_token) s.broadcast[2] = 1;
+    __syncthreads();
+    const bool add_input = in->penalize_step_token && s.broadcast[2] == 0 && in->n_penalty < kSampleMaxPenalty;
+    const int32_t n_penalty = in->n_penalty + (add_input ? 1 : 0);
+    const auto penalty_token = [&](int i) { return i < in->n_penalty ? in->penalty_tokens[i] : input_token; };
+
+    // 1. Repetition penalty (each token once): positive logits divided, negative multiplied, finite ones
+    //    kept finite.
     if (t < n_penalty) {
-        const int32_t token = in->penalty_tokens[t];
+        const int32_t token = penalty_token(t);
         if (token >= 0 && token < n_vocab) {
             const float l = logits[token];
             s.saved[t] = l;
@@ -119,7 +130,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
         digest += s.warp_u64[w];
     }
     __syncthreads();
-    if (t == 0) result->digest = digest, result->bad_index = -1, result->token = -1;
+    if (t == 0) result->digest = digest, result->bad_index = -1, result->token = -1, result->probability = -1.0f;
+    if (t == 0) *step_token = 0;
     if (bad_i < n_vocab) {
         if (t == 0) {
             result->status = isnan(logits[bad_i]) ? kSampleBadNan : kSampleBadInf;
@@ -127,9 +139,27 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
         }
         return;
     }
+    // The model's probability for the token picked below (-v): softmax at temperature 1 over the vocabulary.
+    if (in->want_probability) {
+        double sum = 0.0;
+        for (int32_t i = t; i < n_vocab; i += kThreads) sum += exp(double(logits[i] - best_v));
+        for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+        if (lane == 0) s.warp_double[warp] = sum;
+        __syncthreads();
+        if (t == 0) {
+            double total = 0.0;
+            for (int w = 0; w < kWarps; w++) total += s.warp_double[w];
+            s.model_total = total;
+        }
+        __syncthreads();
+    }
+    const auto probability_of = [&](int32_t token) {
+        return in->want_probability ? float(exp(double(logits[token] - best_v)) / s.model_total) : -1.0f;
+    };
     const float temperature = in->temperature;
     if (temperature <= 0.0f || n_vocab == 1) {
-        if (t == 0) result->token = best_i, result->status = kSampleOk;
+        if (t == 0) result->token = best_i, result->status = kSampleOk, *step_token = best_i;
+        if (t == 0) result->probability = probability_of(best_i);
         return;
     }
 
@@ -187,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
         if (n_candidates > kSampleMaxCandidates) {
             // Too many to sort here: put the logits back as they came, for the host's sampler.
             if (t < n_penalty) {
-                const int32_t token = in->penalty_tokens[t];
+                const int32_t token = penalty_token(t);
                 if (token >= 0 && token < n_vocab) logits[token] = s.saved[t];
             }
             if (t == 0) result->status = kSampleNeedsHost;
@@ -271,14 +301,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
     }
     result->token = token;
     result->status = kSampleOk;
+    result->probability = probability_of(token);
+    *step_token = token;
 }
 
 }  // namespace
 
 void launch_sample(float* logits, int32_t n_vocab, const SampleInputs* inputs, SampleResult* result,
-                   cudaStream_t stream) {
+                   int32_t* step_token, cudaStream_t stream) {
     if (n_vocab <= 0) cuda_throw("launch_sample: n_vocab must be positive");
-    sample_kernel<<<1, kThreads, 0, stream>>>(logits, n_vocab, inputs, result);
+    sample_kernel<<<1, kThreads, 0, stream>>>(logits, n_vocab, inputs, result, step_token);
     CUDA_CHECK_LAUNCH();
 }
 

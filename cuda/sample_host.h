@@ -12,6 +12,8 @@ namespace kvlm {
 inline size_t fill_sample_inputs(SampleInputs* in, const SampleRequest& r) {
     in->temperature = r.temperature, in->top_p = r.top_p, in->min_p = r.min_p;
     in->repeat_penalty = r.repeat_penalty, in->top_k = r.top_k, in->u01 = r.u01;
+    in->penalize_step_token = r.penalize_step_token ? 1 : 0;
+    in->want_probability = r.want_probability ? 1 : 0;
     in->n_penalty = std::clamp(r.n_penalty, 0, kSampleMaxPenalty);  // Sampler lists none when the penalty is off
     std::copy(r.penalty_tokens, r.penalty_tokens + in->n_penalty, in->penalty_tokens);
     return offsetof(SampleInputs, penalty_tokens) + size_t(in->n_penalty) * sizeof(int32_t);
@@ -21,7 +23,7 @@ inline SampleOutcome sample_outcome(const SampleResult& r) {
     SampleOutcome out;
     out.logits_digest = r.digest;
     if (r.status == kSampleOk) {
-        out.status = SampleOutcome::kToken, out.token = r.token;
+        out.status = SampleOutcome::kToken, out.token = r.token, out.probability = r.probability;
     } else if (r.status == kSampleBadNan || r.status == kSampleBadInf) {
         out.status = SampleOutcome::kBadLogit, out.bad_index = r.bad_index, out.bad_is_nan = r.status == kSampleBadNan;
     }  // else kNeedsHost: the logits are as they came

@@ -66,7 +66,8 @@ std::string stats_text(Engine& engine, const GenerationResult& r) {
                 ? fmt::format(" | constraint: {} tokens sampled, {} forced ({} jumps), masks {:.1f} ms{}",
                               r.constraint.n_sampled, r.constraint.n_forced, r.constraint.n_jumps,
                               r.constraint.mask_seconds * 1e3, r.constraint.satisfied ? "" : ", output incomplete")
-                : "");
+                : "") +
+           (r.probabilities.empty() ? "" : " | " + describe_probabilities(r, engine.tokenizer()));
 }
 
 class ChatCli {
@@ -231,6 +232,7 @@ private:
         SamplingParams sampling = options_.sampling;
         sampling.seed = answer_seeds_();
         Sampler sampler(sampling);
+        sampler.report_probabilities(options_.verbose);
         g_interrupt.store(false);
         GenerationResult result;
         try {

@@ -81,6 +81,8 @@ void print_stats(const Engine& engine, const GenerationResult& result, const std
                      label.c_str(), result.n_spec_forwards, result.n_drafted, result.n_accepted,
                      result.n_drafted > 0 ? 100.0 * result.n_accepted / result.n_drafted : 0.0,
                      n_generated > 0 ? double(n_generated) / double(n_generated - result.n_accepted) : 0.0);
+    if (std::string p = describe_probabilities(result, engine.tokenizer()); !p.empty())
+        std::fprintf(stderr, "kvlm: %s%s\n", label.c_str(), p.c_str());
 }
 
 // A constrained output that stopped before it was a whole match (-n, a full context, Ctrl-C): an error on
@@ -196,6 +198,7 @@ int run_samples(Engine& engine, const RunOptions& options, const std::vector<int
         SamplingParams params = options.sampling;
         params.seed += uint64_t(i);
         Sampler sampler(params);
+        sampler.report_probabilities(options.verbose);
         GenerationResult result;
         try {
             result = decode(engine, seq, prompt.logits, options.n_predict, sampler, write_text, nullptr, &options.spec,

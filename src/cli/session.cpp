@@ -230,6 +230,7 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
         std::vector<int32_t> prompt_ids = tokens_to_prefill(engine, seq, restored, new_ids);
         int32_t n_restored = seq.table.n_tokens;
         Sampler sampler(options.sampling);
+        sampler.report_probabilities(options.verbose);
         const double before_generate = seconds_since(turn_start);
         result = generate(engine, seq, prompt_ids, options.n_predict, sampler, on_text, cancel, &options.spec,
                           &options.constraint);
@@ -279,6 +280,7 @@ GenerationResult run_chat_session_turn(Engine& engine, const RunOptions& options
     ChatStore store(options.session);
     if (store.open(name, engine, chat)) check_continued_system_prompt(chat, options.system, name);
     Sampler sampler(options.sampling);
+    sampler.report_probabilities(options.verbose);
     const double before_send =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - turn_start).count();
     GenerationResult result = chat.send(message, options.n_predict, sampler, on_text, cancel);

@@ -12,6 +12,7 @@
 #include "format/model_config.h"
 #include "kv/block_storage.h"
 #include "kv/kv_pool.h"
+#include "util/error.h"
 
 namespace kvlm {
 
@@ -47,6 +48,10 @@ struct SampleRequest {
     int32_t top_k = 0;
     const int32_t* penalty_tokens = nullptr;  // each token once
     int32_t n_penalty = 0;
+    // The step's input token is penalized too, wherever the list has it or not: a step enqueued before the
+    // host knew its input (Backend::enqueue_decode_step) lists the window without it.
+    bool penalize_step_token = false;
+    bool want_probability = false;  // SampleOutcome::probability too (-v)
     double u01 = 0;
 };
 struct SampleOutcome {
@@ -56,6 +61,7 @@ struct SampleOutcome {
     int32_t bad_index = -1;      // kBadLogit: the first NaN or infinite logit
     bool bad_is_nan = false;
     uint64_t logits_digest = 0;  // kToken, kBadLogit: a 64-bit digest of the step's logits
+    float probability = -1;      // kToken with want_probability: token_probability (generate/sampler.h) of it
 };
 
 class Backend : public KvBlockStorage {
@@ -102,6 +108,23 @@ public:
     virtual SampleOutcome decode_sample(int32_t token, int32_t pos, const BlockTable& table,
                                         const SampleRequest& request, float* logits) {
         forward(&token, 1, pos, table, logits, false);
+        return {};
+    }
+
+    // Decode steps enqueued ahead, so that the device does not wait for the host between tokens: while one
+    // step runs, the host queues the next with input kTokenFromDevice (the token the running step picks)
+    // and a step_ahead_request, then waits for the first. Where chains_decode_steps(request) (CUDA: the
+    // device always picks the token for such settings), enqueue_decode_step queues decode_sample's step
+    // without waiting, and wait_decode_step returns the oldest queued step's outcome (kToken or kBadLogit).
+    // At most two steps are in flight; a forward or decode_sample needs none in flight.
+    static constexpr int32_t kTokenFromDevice = -1;
+    virtual bool chains_decode_steps(const SampleRequest& request) const { return false; }
+    virtual void enqueue_decode_step(int32_t token, int32_t pos, const BlockTable& table,
+                                     const SampleRequest& request) {
+        KVLM_ASSERT(false, "this backend does not queue decode steps");
+    }
+    virtual SampleOutcome wait_decode_step() {
+        KVLM_ASSERT(false, "this backend does not queue decode steps");
         return {};
     }
 

@@ -155,6 +155,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
 
     const auto backend_start = Clock::now();
     backend_ = cuda ? make_cuda_backend(*model_, backend_options) : make_cpu_backend(*model_, backend_options);
+    if (options.wrap_backend) backend_ = options.wrap_backend(std::move(backend_));
     const double backend_seconds = seconds_since(backend_start);
     device_name_ = backend_->name();
     pool_ = std::make_unique<KvPool>(backend_->n_kv_blocks(), options.block_size);

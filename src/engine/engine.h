@@ -3,6 +3,7 @@
 // all start here.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,8 @@ struct EngineOptions {
                                   // for sequences forked from a shared prompt)
     bool quiet = false;           // no informational lines on stderr
     bool verbose = false;         // also the device line: which device and why (-v)
+    // Tests: wraps the backend the engine picked (a stand-in with another backend's behaviour over it).
+    std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
 };
 
 // The value of --kv-dtype into options: auto sets kv_dtype_auto, f32/f16/bf16 set kv_dtype; throws Error

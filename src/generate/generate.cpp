@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "generate/constrained.h"
+#include "generate/steps_ahead.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 
@@ -107,8 +108,14 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     // The first token comes from the prompt's logits (on the host); each later one from a decode step, which
     // a backend that samples on the device (CUDA) ends by picking the token there: only its id comes back,
     // and the hash chains the device's digest of the logits instead of their bytes.
+    const auto note_probability = [&](float p) {
+        if (sampler.reports_probabilities()) result.probabilities.push_back(p);
+    };
     int32_t token = -1;
-    if (n_predict != 0) hash_logits(), token = sampler.sample(logits.data(), n_vocab, seq.tokens);
+    if (n_predict != 0) {
+        hash_logits(), token = sampler.sample(logits.data(), n_vocab, seq.tokens);
+        note_probability(sampler.last_probability());
+    }
     // Speculation: the draft of the last verify forward, whose K/V lie past the sequence's end; logits row i
     // follows drafts[i]. drafts[next] is the token it expects next.
     const bool speculate = spec && spec->mode != SpecOptions::Mode::off;
@@ -131,8 +138,11 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     auto sample_next = [&] {
         hash_logits();
         const SampleRequest request = sampler.device_request(seq.tokens, n_vocab);
-        return sampler.sample(logits.data(), n_vocab, request, seq.tokens.size());
+        const int32_t next = sampler.sample(logits.data(), n_vocab, request, seq.tokens.size());
+        note_probability(sampler.last_probability());
+        return next;
     };
+    StepsAhead steps_ahead(backend, cache, seq, sampler);
     if (n_predict == 0) result.stop_reason = "token limit";
     for (int32_t step = 0; n_predict != 0; step++) {
         if (step == 0) result.first_token_seconds = seconds_since(decode_start);
@@ -237,8 +247,11 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         SampleRequest request;
         SampleOutcome next;
         try {
-            request = sampler.device_request(seq.tokens, n_vocab);
-            next = backend.decode_sample(token, pos, seq.table, request, logits.data());
+            // The step after this one is queued behind it when its token may be wanted: within -n and the
+            // context, no interrupt asked for, no speculation.
+            const bool queue_next = !speculate && (n_predict < 0 || step + 2 < n_predict) && pos + 1 < n_ctx &&
+                                    !(cancel && cancel->load());
+            next = steps_ahead.step(pos, n_vocab, queue_next, logits.data(), request);
         } catch (...) {
             seq.tokens.pop_back();
             throw;
@@ -250,20 +263,47 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         if (next.status == SampleOutcome::kNeedsHost) {
             hash_logits();
             token = sampler.sample(logits.data(), n_vocab, request, seq.tokens.size());
+            note_probability(sampler.last_probability());
         } else {
             result.logits_hash =
                 XXH3_64bits_withSeed(&next.logits_digest, sizeof(next.logits_digest), result.logits_hash);
             if (next.status == SampleOutcome::kBadLogit)
                 throw_bad_logit(next.bad_is_nan, next.bad_index, seq.tokens.size());
             token = next.token;
+            note_probability(next.probability);
         }
     }
+    steps_ahead.drop();
     if (!ahead.drafts.empty()) cache.truncate(seq, seq.table.n_tokens);  // drafts never confirmed: their blocks go
     if (std::string tail = decoder.flush(); !tail.empty()) on_text(tail);
     result.decode_seconds = seconds_since(decode_start);
     result.transcript = seq.tokens;
     if (result.has_pending_token) result.transcript.push_back(result.generated.back());
     return result;
+}
+
+namespace {
+// A token's text on one line: newlines, tabs and other control bytes escaped.
+std::string printable(const std::string& text) {
+    std::string out;
+    for (unsigned char c : text) {
+        if (c == '\n') out += "\\n";
+        else if (c == '\t') out += "\\t";
+        else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+        else out += char(c);
+    }
+    return out;
+}
+}  // namespace
+
+std::string describe_probabilities(const GenerationResult& result, const Tokenizer& tokenizer) {
+    const std::vector<float>& p = result.probabilities;
+    if (p.empty() || p.size() > result.generated.size()) return "";
+    double sum = 0;
+    for (float v : p) sum += v;
+    const size_t lowest = size_t(std::min_element(p.begin(), p.end()) - p.begin());
+    return fmt::format("token probability: mean {:.3f}, lowest {:.3f} (token {}: '{}')", sum / double(p.size()),
+                       p[lowest], lowest + 1, printable(tokenizer.decode_token(result.generated[lowest])));
 }
 
 GenerationResult generate(Engine& engine, Sequence& seq, const std::vector<int32_t>& prompt, int32_t n_predict,

@@ -58,7 +58,13 @@ struct GenerationResult {
     int32_t n_drafted = 0;
     int32_t n_accepted = 0;
     ConstraintReport constraint;  // with a ConstraintOptions
+    // With Sampler::report_probabilities (-v): the model's probability for each generated token, in order
+    // (token_probability, generate/sampler.h; from the device where it samples). Empty otherwise.
+    std::vector<float> probabilities;
 };
+
+// "token probability: mean 0.742, lowest 0.081 (token 17: ' dragon')" for -v; "" without probabilities.
+std::string describe_probabilities(const GenerationResult& result, const Tokenizer& tokenizer);
 
 using TextCallback = std::function<void(const std::string& text)>;
 

@@ -117,6 +117,17 @@ SampleRequest Sampler::device_request(const std::vector<int32_t>& history, int32
     r.repeat_penalty = params_.repeat_penalty, r.top_k = params_.top_k;
     r.penalty_tokens = penalty_tokens_.data(), r.n_penalty = int32_t(penalty_tokens_.size());
     r.u01 = draw(n_vocab);
+    r.want_probability = report_probability_;
+    return r;
+}
+
+SampleRequest Sampler::step_ahead_request(const std::vector<int32_t>& known, int32_t n_vocab) {
+    const int32_t last_n = params_.repeat_last_n;
+    SampleRequest r = device_request(known, n_vocab);
+    // The window of known + [next] is next and the last_n - 1 known tokens before it.
+    penalty_window(penalty_tokens_, known, params_.repeat_penalty, last_n < 0 ? last_n : std::max(0, last_n - 1));
+    r.penalty_tokens = penalty_tokens_.data(), r.n_penalty = int32_t(penalty_tokens_.size());
+    r.penalize_step_token = params_.repeat_penalty != 1.0f && last_n != 0;
     return r;
 }
 
@@ -140,6 +151,20 @@ int32_t Sampler::sample_allowed(float* logits, int32_t n_vocab, const std::vecto
 
 int32_t Sampler::choose(float* logits, int32_t n_vocab, const int32_t* penalty_tokens, int32_t n_penalty,
                         size_t n_history, double u01, const int32_t* allowed, int32_t n_allowed) {
+    const int32_t token = pick(logits, n_vocab, penalty_tokens, n_penalty, n_history, u01, allowed, n_allowed);
+    last_probability_ = report_probability_ ? token_probability(logits, n_vocab, token) : -1.0f;
+    return token;
+}
+
+float token_probability(const float* logits, int32_t n_vocab, int32_t token) {
+    const float max_logit = *std::max_element(logits, logits + n_vocab);
+    double total = 0.0;
+    for (int32_t i = 0; i < n_vocab; i++) total += std::exp(double(logits[i] - max_logit));
+    return float(std::exp(double(logits[token] - max_logit)) / total);
+}
+
+int32_t Sampler::pick(float* logits, int32_t n_vocab, const int32_t* penalty_tokens, int32_t n_penalty,
+                      size_t n_history, double u01, const int32_t* allowed, int32_t n_allowed) {
     // The finiteness check runs after the penalty (which keeps finite logits finite), over every logit: a
     // damaged model is refused whether or not a constraint would have hidden the bad value.
     apply_repeat_penalty(logits, n_vocab, penalty_tokens, n_penalty, params_.repeat_penalty);

@@ -61,7 +61,18 @@ public:
     // What Backend::decode_sample needs for the step after `history`: the settings, the distinct tokens the
     // repetition penalty touches, and this step's draw. Valid until the next call.
     SampleRequest device_request(const std::vector<int32_t>& history, int32_t n_vocab);
+    // device_request for the step after `known` plus one token the host does not have yet (a decode step
+    // enqueued behind the one that picks it): the window without that token, which the device adds.
+    SampleRequest step_ahead_request(const std::vector<int32_t>& known, int32_t n_vocab);
+    // The generator, to give a draw back: a step enqueued ahead and then not used must not advance it.
+    std::mt19937_64 generator() const { return rng_; }
+    void restore_generator(const std::mt19937_64& generator) { rng_ = generator; }
     const SamplingParams& params() const { return params_; }
+    // With report_probabilities(true), each sample() notes the model's probability for the token it picked
+    // (token_probability of the penalized logits), and device requests ask the device for it (-v).
+    void report_probabilities(bool on) { report_probability_ = on; }
+    bool reports_probabilities() const { return report_probability_; }
+    float last_probability() const { return last_probability_; }  // -1 when not reported
 
 private:
     SamplingParams params_;
@@ -69,9 +80,18 @@ private:
     std::vector<std::pair<float, int32_t>> candidates_;
     std::vector<int32_t> penalty_tokens_;
 
+    bool report_probability_ = false;
+    float last_probability_ = -1.0f;
+
     int32_t choose(float* logits, int32_t n_vocab, const int32_t* penalty_tokens, int32_t n_penalty, size_t n_history,
                    double u01, const int32_t* allowed = nullptr, int32_t n_allowed = 0);
+    int32_t pick(float* logits, int32_t n_vocab, const int32_t* penalty_tokens, int32_t n_penalty, size_t n_history,
+                 double u01, const int32_t* allowed, int32_t n_allowed);
 };
+
+// The model's probability for `token`: softmax of the logits at temperature 1 over the whole vocabulary
+// (after the repetition penalty when the sampler's logits are passed), whatever the sampling settings.
+float token_probability(const float* logits, int32_t n_vocab, int32_t token);
 
 // The error for a NaN or infinite logit (token `token`) after `n_history` tokens, wherever it was found.
 [[noreturn]] void throw_bad_logit(bool is_nan, int32_t token, size_t n_history);

@@ -178,7 +178,8 @@ TEST_CASE("run: --verbose reports stats on stderr only") {
     CliResult verbose = run({"-p", "", "-n", "16", "--temp", "0", "--verbose"});
     REQUIRE(verbose.exit_code == 0);
     CHECK(verbose.out == quiet.out);
-    for (const char* needle : {"device cpu", "prompt 1 tokens", "prefill", "decode", "KV blocks used", "logits hash"})
+    for (const char* needle : {"device cpu", "prompt 1 tokens", "prefill", "decode", "KV blocks used", "logits hash",
+                               "token probability: mean "})
         CHECK_MESSAGE(verbose.err.find(needle) != std::string::npos, verbose.err << " lacks " << needle);
 }
 

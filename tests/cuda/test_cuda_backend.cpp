@@ -162,6 +162,83 @@ TEST_CASE("cuda backend: decode_sample picks on the device the tokens forward + 
     }
 }
 
+TEST_CASE("cuda backend: decode steps queued one ahead pick the tokens of one step at a time, and a dropped one leaves no trace") {
+    if (!have_cuda()) return;
+    ModelConfig config = small_random_config();
+    config.n_vocab = 3000;
+    auto m = make_random_model(config, DType::f32, 12);
+    struct Case { const char* name; float temp; int32_t top_k; float penalty; int32_t last_n; };
+    const Case kCases[] = {{"greedy", 0, 40, 1, 64},
+                           {"greedy, penalty over 8 tokens", 0, 40, 1.5f, 8},
+                           {"top-k 40, penalty over 1 token", 0.9f, 40, 1.3f, 1},
+                           {"top-k 40, penalty over the whole history", 1.2f, 40, 1.2f, -1},
+                           {"top-k 1000, hot", 1.5f, 1000, 1, 64}};
+    for (const Case& c : kCases) {
+        INFO(std::string(c.name));
+        // p queues each step behind the one before it; q runs decode_sample one step at a time.
+        Pair p = make_pair(m->config, m->weights, 4, DType::f32, 64);
+        Pair q = make_pair(m->config, m->weights, 4, DType::f32, 64);
+        SamplingParams params;
+        params.temperature = c.temp, params.top_k = c.top_k, params.top_p = 0.95f, params.min_p = 0.02f;
+        params.repeat_penalty = c.penalty, params.repeat_last_n = c.last_n, params.seed = 7;
+        Sampler ahead_sampler(params), step_sampler(params);
+        std::vector<int32_t> history = random_tokens(9, config.n_vocab, 5);
+        std::vector<float> a(size_t(config.n_vocab)), b(a.size());
+        p.cuda->forward(history.data(), int32_t(history.size()), 0, p.table, a.data());
+        q.cuda->forward(history.data(), int32_t(history.size()), 0, q.table, b.data());
+        int32_t token = step_sampler.sample(b.data(), config.n_vocab, history);
+        ahead_sampler.draw(config.n_vocab);  // the first token's draw: the two generators stay in step
+        std::vector<int32_t> ahead_history = history;
+        // q: one step at a time, 50 tokens.
+        std::vector<int32_t> want;
+        for (int32_t pos = int32_t(history.size()); pos < 59; pos++) {
+            history.push_back(token);
+            const SampleRequest request = step_sampler.device_request(history, config.n_vocab);
+            const SampleOutcome got = q.cuda->decode_sample(token, pos, q.table, request, b.data());
+            REQUIRE(got.status == SampleOutcome::kToken);
+            want.push_back(got.token);
+            token = got.token;
+        }
+        // p: the first step with the host's token, then each next one queued with the device's, waiting one
+        // behind; at position 31 the queued step is dropped (waited for, its draw given back) and the chain
+        // starts again from the host's token, as a new turn would.
+        int32_t pos = int32_t(ahead_history.size());
+        std::vector<int32_t> got_tokens;
+        ahead_history.push_back(history[size_t(pos)]);  // the first token, from the prompt's logits
+        SampleRequest first = ahead_sampler.device_request(ahead_history, config.n_vocab);
+        REQUIRE(p.cuda->chains_decode_steps(first));
+        p.cuda->enqueue_decode_step(ahead_history.back(), pos, p.table, first);
+        for (;;) {
+            const bool queue = pos + 1 < 59;
+            const std::mt19937_64 before = ahead_sampler.generator();
+            if (queue) {
+                const SampleRequest next = ahead_sampler.step_ahead_request(ahead_history, config.n_vocab);
+                REQUIRE(p.cuda->chains_decode_steps(next));
+                p.cuda->enqueue_decode_step(Backend::kTokenFromDevice, pos + 1, p.table, next);
+            }
+            const SampleOutcome got = p.cuda->wait_decode_step();
+            REQUIRE(got.status == SampleOutcome::kToken);
+            got_tokens.push_back(got.token);
+            ahead_history.push_back(got.token);
+            if (!queue) break;
+            if (++pos == 31) {
+                p.cuda->wait_decode_step();  // dropped
+                ahead_sampler.restore_generator(before);
+                const SampleRequest again = ahead_sampler.device_request(ahead_history, config.n_vocab);
+                p.cuda->enqueue_decode_step(got.token, pos, p.table, again);
+            }
+        }
+        CHECK(got_tokens == want);
+        // The same K/V bytes (the dropped step's slot at 31 was written over when the chain started again).
+        std::vector<uint8_t> kp(p.cuda->kv_block_bytes()), kq(kp.size());
+        for (size_t i = 0; (i + 1) * 4 <= 59; i++) {  // whole blocks: slot 59 was never written
+            p.cuda->read_kv_block(p.table.blocks[i], kp.data());
+            q.cuda->read_kv_block(q.table.blocks[i], kq.data());
+            CHECK_MESSAGE(std::memcmp(kp.data(), kq.data(), kp.size()) == 0, "block " << i);
+        }
+    }
+}
+
 TEST_CASE("cuda backend: long prompts (chunked prefill over hundreds of blocks) then decode") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 7);

@@ -114,26 +114,54 @@ TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, 
     CHECK(automatic.out == r.out);
 }
 
-TEST_CASE("cuda cli: decode copies back only the sampled token's id, unless the host must sort (KVLM_CUDA_TRANSFERS)") {
+TEST_CASE("cuda cli: decode copies back only the sampled token's id, unless the host must sort, and queues each step behind the one before (KVLM_CUDA_TRANSFERS)") {
     if (!have_cuda()) return;
     if (!have_data(stories("stories260K.gguf"))) return;
     const std::vector<std::string> base = {"run", "-m", stories_model(), "-p", "Once upon a time", "-n", "16", "--device", "cuda"};
-    auto per_step = [&](std::vector<std::string> extra) {
+    struct Transfers { int steps, per_step, ahead; std::string out, err; };
+    auto transfers = [&](std::vector<std::string> extra) {
         std::vector<std::string> args = base;
         args.insert(args.end(), extra.begin(), extra.end());
         CliResult r = run_shell("KVLM_CUDA_TRANSFERS=1 " + kvlm_command(args));
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         std::smatch m;
-        REQUIRE_MESSAGE(std::regex_search(r.err, m, std::regex("(\\d+) decode steps, (\\d+) bytes device to host \\((\\d+) per step\\)")),
+        REQUIRE_MESSAGE(std::regex_search(r.err, m, std::regex("(\\d+) decode steps, (\\d+) bytes device to host \\((\\d+) per "
+                                                              "step\\); (\\d+) of the steps enqueued before the host had "
+                                                              "their input token")),
                         r.err);
-        CHECK(std::stoi(m[1].str()) >= 1);  // up to 15 (16 tokens, the first from the prompt's logits)
-        CHECK(std::stoi(m[1].str()) <= 15);
-        return std::stoi(m[3].str());
+        const Transfers t{std::stoi(m[1].str()), std::stoi(m[3].str()), std::stoi(m[4].str()), r.out, r.err};
+        CHECK(t.steps >= 1);  // up to 15 (16 tokens, the first from the prompt's logits)
+        CHECK(t.steps <= 15);
+        return t;
     };
-    CHECK(per_step({"--temp", "0"}) == 24);                                   // greedy
-    CHECK(per_step({"--temp", "0.8", "--seed", "3"}) == 24);                  // top-k 40, top-p, min-p, penalty
-    CHECK(per_step({"--temp", "0.8", "--top-k", "0", "--min-p", "0.1"}) == 24);  // the min-p floor
-    CHECK(per_step({"--temp", "0.8", "--top-k", "0", "--min-p", "0"}) == 512 * 4);  // whole vocabulary: the host sorts
+    // Greedy and top-k sampling: every step but the first queued behind the one before it (none wasted when
+    // -n ends the text; one dropped when the end of the story comes first).
+    for (const std::vector<std::string>& settings :
+         {std::vector<std::string>{"--temp", "0"}, {"--temp", "0.8", "--seed", "3"}, {"--temp", "1.5", "--seed", "5", "--repeat-penalty", "1.3"}}) {
+        const Transfers t = transfers(settings);
+        INFO(settings[1]);
+        CHECK(t.per_step == 24);
+        CHECK(t.ahead >= t.steps - 2);
+        CHECK(t.ahead <= t.steps - 1);
+    }
+    // -v: each token's probability comes back with it (still 24 bytes), the CPU's figure to 3 decimals.
+    const Transfers verbose = transfers({"--temp", "0", "-v"});
+    CHECK(verbose.per_step == 24);
+    std::smatch p;
+    REQUIRE_MESSAGE(std::regex_search(verbose.err, p, std::regex("token probability: mean [0-9.]+, lowest [0-9.]+")), verbose.err);
+    std::vector<std::string> cpu_args = base;
+    cpu_args.back() = "cpu";
+    cpu_args.insert(cpu_args.end(), {"--temp", "0", "-v"});
+    const CliResult cpu = run_kvlm(cpu_args);
+    REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
+    CHECK(cpu.out == verbose.out);
+    CHECK_MESSAGE(cpu.err.find(p[0].str()) != std::string::npos, cpu.err);
+    const Transfers floor = transfers({"--temp", "0.8", "--top-k", "0", "--min-p", "0.1"});  // the min-p floor
+    CHECK(floor.per_step == 24);
+    CHECK(floor.ahead == 0);  // the device may hand such a step back to the host: not queued
+    const Transfers host = transfers({"--temp", "0.8", "--top-k", "0", "--min-p", "0"});  // whole vocabulary: the host sorts
+    CHECK(host.per_step == 512 * 4);
+    CHECK(host.ahead == 0);
 }
 
 TEST_CASE("cuda cli: a GPU restore reads its blocks in batches, and a damaged one keeps only those before it") {

@@ -86,7 +86,7 @@ TEST_CASE("cuda kernels: the device sampler picks the CPU sampler's token") {
     const bool emulated = cuda_emulated();
     const int32_t kVocabs[] = {1, 7, 1000, 49152, 128256};
     uint32_t seed = 1;
-    int checked = 0;
+    int checked = 0, checked_ahead = 0;
     for (int32_t n_vocab : kVocabs) {
         if (emulated && n_vocab == 128256) continue;  // every fiber would walk 125 logits per pass
         for (const Case& c : cases()) {
@@ -97,6 +97,7 @@ TEST_CASE("cuda kernels: the device sampler picks the CPU sampler's token") {
                     SamplingParams params = c.params;
                     params.seed = seed;
                     Sampler device_side(params), cpu_side(params);
+                    device_side.report_probabilities(true), cpu_side.report_probabilities(true);
                     const SampleRequest request = device_side.device_request(history, n_vocab);
                     const double u01 = cpu_side.draw(n_vocab);
                     REQUIRE(u01 == request.u01);  // the same generator, the same draw
@@ -111,15 +112,33 @@ TEST_CASE("cuda kernels: the device sampler picks the CPU sampler's token") {
                     }
                     REQUIRE(got.status == SampleOutcome::kToken);
                     CHECK(got.token == want);
+                    CHECK(got.probability == doctest::Approx(cpu_side.last_probability()).epsilon(1e-5));
                     // The CPU penalizes in place too: the same bits.
                     CHECK(std::memcmp(gpu_logits.data(), cpu_logits.data(), logits.size() * 4) == 0);
                     checked++;
+                    if (draw != 0) continue;
+                    // The same step enqueued before the host had its input token (the history's last): the
+                    // window without it, the device adding it; the token it picks is left as the next input.
+                    Sampler ahead_side(params);
+                    const std::vector<int32_t> known(history.begin(), history.end() - 1);
+                    const SampleRequest ahead = ahead_side.step_ahead_request(known, n_vocab);
+                    REQUIRE(ahead.u01 == request.u01);
+                    std::vector<float> ahead_logits = logits;
+                    int32_t step_token = history.back();
+                    const SampleOutcome got_ahead = cuda_test::sample(ahead_logits.data(), n_vocab, ahead, &step_token);
+                    REQUIRE(got_ahead.status == SampleOutcome::kToken);
+                    CHECK(got_ahead.token == want);
+                    CHECK(step_token == want);
+                    CHECK(got_ahead.logits_digest == got.logits_digest);
+                    CHECK(std::memcmp(ahead_logits.data(), cpu_logits.data(), logits.size() * 4) == 0);
+                    checked_ahead++;
                 }
             }
         }
     }
-    MESSAGE("device sampler == CPU sampler on " << checked << " draws");
+    MESSAGE("device sampler == CPU sampler on " << checked << " draws, " << checked_ahead << " of them also enqueued ahead");
     CHECK(checked > 100);
+    CHECK(checked_ahead > 50);
 }
 
 TEST_CASE("cuda kernels: the device sampler reports the first NaN or infinite logit, as the CPU does") {

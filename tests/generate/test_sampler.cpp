@@ -187,3 +187,29 @@ TEST_CASE("sampler: sample_allowed picks only allowed tokens, in proportion to t
     copy[0] = std::nanf("");
     CHECK_THROWS_AS(greedy.sample_allowed(copy.data(), 8, {}, allowed), kvlm::Error);
 }
+
+TEST_CASE("sampler: -v's token probability is the model's softmax at temperature 1 (after the penalty), whatever the settings") {
+    const std::vector<float> logits = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
+    double total = 0;
+    for (float l : logits) total += std::exp(double(l) - 3.0);
+    CHECK(token_probability(logits.data(), 5, 1) == doctest::Approx(1.0 / total).epsilon(1e-6));
+    CHECK(token_probability(logits.data(), 5, 2) == doctest::Approx(std::exp(-5.0) / total).epsilon(1e-6));
+    for (float temperature : {0.0f, 0.7f, 1.5f}) {
+        SamplingParams p = plain(temperature, 4);
+        p.repeat_penalty = 2.0f;  // token 3 seen: its logit 3 -> 1.5, so greedy picks token 1
+        std::vector<float> penalized = logits;
+        penalized[3] = 1.5f;
+        Sampler quiet(p), reporting(p);
+        reporting.report_probabilities(true);
+        CHECK(reporting.device_request({3}, 5).want_probability);
+        CHECK_FALSE(quiet.device_request({3}, 5).want_probability);
+        for (int i = 0; i < 20; i++) {
+            std::vector<float> a = logits, b = logits;
+            const int32_t token = quiet.sample(a.data(), 5, {3});
+            CHECK(reporting.sample(b.data(), 5, {3}) == token);  // reporting changes nothing drawn
+            CHECK(quiet.last_probability() == -1.0f);             // not asked for
+            CHECK(reporting.last_probability() == doctest::Approx(token_probability(penalized.data(), 5, token)).epsilon(1e-6));
+            if (temperature == 0) CHECK(token == 1);
+        }
+    }
+}
