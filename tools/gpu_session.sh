@@ -170,11 +170,18 @@ bench_model() {
     fi
 }
 
-# Batched decode rows (issue 19): N samples decoded side by side, one forward per step for all of them, and
-# beams; each line is `-v`'s summary (decode rate per sample: N times it is the aggregate).
+# Whole-run decode, each step queued behind the one before (issue 18: what `kvlm run` gets, sampling on the
+# device included, unlike bench's tg rows); batched decode rows (issue 19): N samples decoded side by side,
+# one forward per step for all of them, and beams. Each line is `-v`'s summary (with samples, the decode rate
+# per sample: N times it is the aggregate).
 bench_batched() {
     local name=$1 m=$2 n
     {
+        for settings in "--temp 0" "--temp 0.8 --seed 5"; do
+            echo "### $name: run --device cuda -n 256 $settings (KVLM_CUDA_TRANSFERS=1)"
+            KVLM_CUDA_TRANSFERS=1 timeout 60 "$KVLM" run -m "$m" --device cuda -p "Once upon a time" -n 256 $settings -v \
+                2>&1 >/dev/null | grep -E 'generated|CUDA transfers' || fail "$name run $settings"
+        done
         for n in 1 4 8; do
             echo "### $name: run --device cuda --samples $n -n 128 --temp 0.7 --seed 5"
             timeout 60 "$KVLM" run -m "$m" --device cuda -p "Once upon a time" -n 128 --temp 0.7 --seed 5 --samples $n -v \
