@@ -1,0 +1,186 @@
+// CudaBackend::forward_sequences and short forwards: tokens of one or several sequences as rows of the decode
+// kernels, each row with the bits of its own one-token step.
+#include "cuda_backend_impl.h"
+
+namespace kvlm::cuda_detail {
+
+// Every sequence's tokens as decode rows, all rows through each weight matrix together (forward_rows): each
+// sequence gets the logits bits of forward() of it alone, one token at a time.
+void CudaBackend::forward_sequences(const SequenceInput* inputs, size_t n_inputs) {
+    if (!fused_decode_) {
+        Backend::forward_sequences(inputs, n_inputs);
+        return;
+    }
+    for (size_t i = 0; i < n_inputs; i++) {
+        const SequenceInput& in = inputs[i];
+        if (!in.table) throw_error("cuda backend: forward_sequences: sequence {} has no block table", i);
+        check_forward(in.tokens, in.n_tokens, in.pos, *in.table);
+    }
+    forward_rows(inputs, n_inputs);
+}
+
+// The tokens of `inputs` (checked) as rows of the decode step's kernels, kRowsPerPass rows per pass in
+// sequence order (a sequence's later rows attend to its earlier ones, written in the same or an earlier
+// pass): each GEMV streams its weights once per 8 rows (launch_gemv_tokens), RoPE/KV writes and attention
+// take every row's own block table in one launch, and attention runs each row with the split count of
+// its own decode step. So every row has the bits of its one-token step.
+void CudaBackend::forward_rows(const SequenceInput* inputs, size_t n_inputs) {
+    std::vector<DecodeRow> rows;
+    for (size_t i = 0; i < n_inputs; i++) {
+        const SequenceInput& in = inputs[i];
+        for (int32_t t = 0; t < in.n_tokens; t++) {
+            float* dst = nullptr;
+            if (in.logits && in.all_logits)
+                dst = in.logits + int64_t(t) * config_.n_vocab;
+            else if (in.logits && t + 1 == in.n_tokens)
+                dst = in.logits;
+            rows.push_back({in.tokens[t], in.pos + t, int32_t(i), dst});
+        }
+    }
+    const size_t pass_rows = size_t(std::min({kRowsPerPass, max_batch_, kLogitsRows}));
+    for (size_t r0 = 0; r0 < rows.size(); r0 += pass_rows) {
+        const size_t n = std::min(pass_rows, rows.size() - r0);
+        run_rows_pass(inputs, rows.data() + r0, int32_t(n));
+    }
+}
+
+void CudaBackend::run_rows_pass(const SequenceInput* inputs, const DecodeRow* rows, int32_t n) {
+    // Tables: each sequence of the pass once, as far as its last row in the pass reaches.
+    std::vector<int32_t> table_of(static_cast<size_t>(n)), blocks;
+    std::map<int32_t, int32_t> placed;  // input -> offset of its table
+    for (int32_t r = 0; r < n; r++) {
+        const int32_t input = rows[r].input;
+        int32_t last_pos = rows[r].pos;
+        for (int32_t q = r + 1; q < n && rows[q].input == input; q++) last_pos = rows[q].pos;
+        auto it = placed.find(input);
+        if (it == placed.end()) {
+            const int32_t used = last_pos / layout_.block_size + 1;
+            it = placed.emplace(input, int32_t(blocks.size())).first;
+            const std::vector<int32_t>& b = inputs[input].table->blocks;
+            blocks.insert(blocks.end(), b.begin(), b.begin() + used);
+        }
+        table_of[size_t(r)] = it->second;
+    }
+    ensure_table_capacity(int64_t(blocks.size()));
+    CUDA_CHECK(cudaStreamSynchronize(stream()));  // the pinned staging may still feed the last upload
+    int32_t* host = reinterpret_cast<int32_t*>(ints_host_->data());
+    for (int32_t r = 0; r < n; r++) {
+        host[r] = rows[r].token;
+        host[positions_at() + r] = rows[r].pos;
+        host[rows_at() + r] = table_of[size_t(r)];
+    }
+    std::memcpy(host + table_at(), blocks.data(), blocks.size() * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(ints_, host, (size_t(table_at()) + blocks.size()) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream()));
+
+    // Attention launches: runs of consecutive rows whose own decode steps split alike, each run within
+    // what the scratch holds (rows * n_heads * splits partial rows).
+    struct AttentionRun {
+        int32_t first, n, n_splits;
+    };
+    std::vector<AttentionRun> runs;
+    for (int32_t r = 0; r < n; r++) {
+        const int32_t splits = paged_attention_split_count(1, config_.n_heads, layout_.n_kv_heads, rows[r].pos + 1,
+                                                           prop_.multiProcessorCount, attention_);
+        const int64_t max_rows = splits > 1 ? attention_.max_rows / (int64_t(config_.n_heads) * splits) : n;
+        if (!runs.empty() && runs.back().n_splits == splits && runs.back().first + runs.back().n == r &&
+            runs.back().n < max_rows)
+            runs.back().n++;
+        else
+            runs.push_back({r, 1, splits});
+    }
+    // Replayed as a CUDA graph per pass shape (rows and attention runs: steps of beams or samples repeat
+    // theirs until a context length changes a split count) from the shape's second pass on; a shape seen
+    // once (a short prompt) is not worth a capture.
+    const auto enqueue = [&] { enqueue_rows(n, runs.data(), runs.size()); };
+    int64_t key = -1;
+    if (use_graphs_) {
+        std::vector<int32_t> shape = {n};
+        for (const AttentionRun& run : runs) shape.insert(shape.end(), {run.first, run.n, run.n_splits});
+        key = rows_graph_key(shape);
+    }
+    if (key >= 0)
+        rows_graphs_.launch(key, stream(), enqueue);
+    else
+        enqueue();
+
+    // Logits: the wanted rows normalised side by side into h_, one head GEMV over them, each copied back.
+    const ModelConfig& c = config_;
+    int32_t n_wanted = 0;
+    for (int32_t r = 0; r < n;) {
+        if (!rows[r].logits) {
+            r++;
+            continue;
+        }
+        int32_t run = 1;
+        while (r + run < n && rows[r + run].logits) run++;
+        launch_rmsnorm(h_ + int64_t(n_wanted) * c.n_embd, x_ + int64_t(r) * c.n_embd,
+                       static_cast<const float*>(weights_.output_norm.data), run, c.n_embd, c.norm_eps, stream());
+        n_wanted += run;
+        r += run;
+    }
+    if (n_wanted > 0) {
+        const GemvOutput head = gemv_output(logits_, weights_.output, nullptr, c.n_vocab);
+        launch_gemv_tokens(&head, 1, h_, n_wanted, c.n_embd, nullptr, 0.0f, false, stream());
+        int32_t w = 0;
+        for (int32_t r = 0; r < n; r++) {
+            if (!rows[r].logits) continue;
+            CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w++) * c.n_vocab,
+                                       size_t(c.n_vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream()));
+        }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+// The graph key of a pass shape, or -1 the first time it is seen; at most kMaxRowShapes shapes are
+// remembered (then all are forgotten, with their graphs).
+int64_t CudaBackend::rows_graph_key(const std::vector<int32_t>& shape) {
+    constexpr size_t kMaxRowShapes = 64;
+    auto it = rows_graph_keys_.find(shape);
+    if (it != rows_graph_keys_.end()) {
+        if (it->second < 0) it->second = next_rows_graph_key_++;
+        return it->second;
+    }
+    if (rows_graph_keys_.size() >= kMaxRowShapes) {
+        rows_graphs_.clear();
+        rows_graph_keys_.clear();
+    }
+    rows_graph_keys_.emplace(shape, -1);
+    return -1;
+}
+
+// The decode step's kernels over n rows uploaded into ints_ (tokens, positions, table offsets, tables).
+template <typename Run>
+void CudaBackend::enqueue_rows(int32_t n, const Run* runs, size_t n_runs) {
+    const ModelConfig& c = config_;
+    const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim, kv_dim = int32_t(layout_.row_elements());
+    const int32_t *tokens = ints_, *positions = ints_ + positions_at(), *row_tables = ints_ + rows_at();
+    const int32_t* tables = ints_ + table_at();
+    cudaStream_t s = stream();
+    const auto f32 = [](const TensorView& v) { return static_cast<const float*>(v.data); };
+    launch_embed(x_, tokens, weights_.token_embd.data, weights_.token_embd.dtype, n, dim, s);
+    for (int32_t layer = 0; layer < c.n_layers; layer++) {
+        const LayerWeights& lw = weights_.layers[size_t(layer)];
+        const bool bias = c.qkv_bias;
+        const GemvOutput qkv[3] = {gemv_output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
+                                   gemv_output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
+                                   gemv_output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
+        launch_gemv_tokens(qkv, 3, x_, n, dim, f32(lw.attn_norm), c.norm_eps, false, s);
+        launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, tables, positions, inv_freq_, n, c.n_heads, s,
+                             row_tables);
+        for (size_t i = 0; i < n_runs; i++) {
+            const int64_t at = int64_t(runs[i].first) * q_dim;
+            launch_paged_attention_splits(att_ + at, q_ + at, kv_, layout_, layer, tables, positions + runs[i].first,
+                                          runs[i].n, c.n_heads, runs[i].n_splits, prop_.multiProcessorCount, attention_,
+                                          s, row_tables + runs[i].first);
+        }
+        const GemvOutput attn_out = gemv_output(x_, lw.attn_output, nullptr, dim);
+        launch_gemv_tokens(&attn_out, 1, att_, n, q_dim, nullptr, 0.0f, true, s);  // x += W_o att
+        launch_gemv_swiglu_tokens(gate_, x_, n, lw.ffn_gate.data, lw.ffn_up.data, lw.ffn_gate.dtype, dim, c.n_ff,
+                                  f32(lw.ffn_norm), c.norm_eps, s);
+        const GemvOutput ffn_out = gemv_output(x_, lw.ffn_down, nullptr, dim);
+        launch_gemv_tokens(&ffn_out, 1, gate_, n, c.n_ff, nullptr, 0.0f, true, s);  // x += W_down swiglu
+    }
+}
+
+}  // namespace kvlm::cuda_detail
