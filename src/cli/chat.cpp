@@ -55,10 +55,11 @@ std::string stats_text(Engine& engine, const GenerationResult& r) {
     double rate = r.decode_seconds > 0 && n_generated > 1 ? (n_generated - 1) / r.decode_seconds : 0;
     return fmt::format(
         "prompt {} tokens: {} reused from the pool, {} restored from disk, {} prefilled ({:.1f} tok/s) | generated "
-        "{} tokens, {:.1f} tok/s | first token {:.3f} s | KV blocks {} used, {} free | stop: {}",
+        "{} tokens, {:.1f} tok/s | first token {:.3f} s | KV blocks {} used, {} free{} | stop: {}",
         r.n_prompt, r.n_reused, r.n_restored, r.n_prefilled,
         r.prefill_seconds > 0 ? r.n_prefilled / r.prefill_seconds : 0.0, n_generated, rate, r.first_token_seconds,
-        engine.pool().n_used(), engine.pool().n_blocks() - engine.pool().n_used(), r.stop_reason) +
+        engine.pool().n_used(), engine.pool().n_blocks() - engine.pool().n_used(),
+        r.probabilities.empty() ? "" : " | " + describe_probabilities(r, engine.tokenizer()), r.stop_reason) +
            (r.n_spec_forwards > 0 || r.n_drafted > 0
                 ? fmt::format(" | speculation: {} tokens drafted, {} accepted", r.n_drafted, r.n_accepted)
                 : "") +
@@ -66,8 +67,7 @@ std::string stats_text(Engine& engine, const GenerationResult& r) {
                 ? fmt::format(" | constraint: {} tokens sampled, {} forced ({} jumps), masks {:.1f} ms{}",
                               r.constraint.n_sampled, r.constraint.n_forced, r.constraint.n_jumps,
                               r.constraint.mask_seconds * 1e3, r.constraint.satisfied ? "" : ", output incomplete")
-                : "") +
-           (r.probabilities.empty() ? "" : " | " + describe_probabilities(r, engine.tokenizer()));
+                : "");
 }
 
 class ChatCli {

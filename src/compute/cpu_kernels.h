@@ -107,6 +107,8 @@ struct CpuKernels {
     void (*attend_block)(const AttentionQueries& queries, const AttentionKeys& keys);
     // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp_c(-gate[i])) * up[i]; out may alias gate.
     void (*swiglu)(float* out, const float* gate, const float* up, int64_t n);
+    // The sum of exp_c(x[i] - shift) over i < n (x[i] <= shift: a softmax's denominator), in the path's order.
+    double (*exp_sum)(const float* x, int64_t n, float shift);
 };
 
 extern const CpuKernels kScalarKernels;

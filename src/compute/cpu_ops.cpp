@@ -204,6 +204,8 @@ void paged_attention_cpu(float* out, const float* q, const void* kv, const KvLay
     }
 }
 
+double exp_sum_cpu(const float* x, int64_t n, float shift) { return cpu_kernels().exp_sum(x, n, shift); }
+
 void swiglu_cpu(float* out, const float* gate, const float* up, int32_t n, int32_t n_ff) {
     cpu_kernels().swiglu(out, gate, up, int64_t(n) * n_ff);
 }

@@ -96,6 +96,10 @@ void paged_attention_cpu(float* out,                  // [n, n_heads, head_dim]
                          int32_t n, int32_t n_heads, ThreadPool* pool);
 
 // out = silu(gate) * up. out may alias gate.
+// The sum of exp(x[i] - shift) over i < n, each term within 2 ulp of expf (the kernels' exp_c): a softmax's
+// denominator, for the token probability -v reports.
+double exp_sum_cpu(const float* x, int64_t n, float shift);
+
 void swiglu_cpu(float* out,         // [n, n_ff]
                 const float* gate,  // [n, n_ff]
                 const float* up,    // [n, n_ff]

@@ -157,6 +157,13 @@ void swiglu(float* out, const float* gate, const float* up, int64_t n) {
 
 }  // namespace
 
-const CpuKernels kScalarKernels = {dot, axpy, matmul_direct, matmul_widened, quantize_rows, matmul_q, attend_block, swiglu};
+double exp_sum(const float* x, int64_t n, float shift) {
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) total += exp_c(x[i] - shift);
+    return total;
+}
+
+const CpuKernels kScalarKernels = {dot,      axpy,         matmul_direct, matmul_widened, quantize_rows,
+                                   matmul_q, attend_block, swiglu,        exp_sum};
 
 }  // namespace kvlm

@@ -294,6 +294,19 @@ TEST_CASE("cpu_ops: rmsnorm, bias, residual add and swiglu match double referenc
     CHECK(sw.guards_intact());
     check_close(sw.data(), want, 1e-6, 1e-5, "swiglu");
 
+    // exp_sum (a softmax's denominator, -v's token probability) on every path, lengths off the vector width.
+    for (int64_t len : {int64_t(1), int64_t(7), int64_t(8), int64_t(67), int64_t(49152)}) {
+        std::vector<float> logits = random_floats(size_t(len), -100, 20, 26);
+        const float max_logit = *std::max_element(logits.begin(), logits.end());
+        double sum = 0;
+        for (float l : logits) sum += std::exp(double(l) - max_logit);
+        test::for_each_cpu_path([&](CpuPath path) {
+            CAPTURE(cpu_path_name(path));
+            CAPTURE(len);
+            CHECK(exp_sum_cpu(logits.data(), len, max_logit) == doctest::Approx(sum).epsilon(1e-6));
+        });
+    }
+
     std::vector<float> b = random_floats(size_t(dim), -1, 1, 25), xb = x;
     add_bias_cpu(xb.data(), b.data(), n, dim);
     add_cpu(xb.data(), g.data(), int64_t(n) * dim);
