@@ -32,6 +32,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
                                 [](const LayerWeights& lw) { return lw.ffn_gate.dtype == lw.ffn_up.dtype; });
     if (options.cuda_profile && fused_decode_) profile_ = std::make_unique<DecodeProfile>(stream());
     transfer_stats_ = options.cuda_transfer_stats;
+    steps_ahead_ = options.cuda_steps_ahead;
     use_graphs_ = options.cuda_graphs && fused_decode_ && !profile_;
     name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{})", prop_.name, prop_.multiProcessorCount,
                         double(prop_.totalGlobalMem) / kGiB,

@@ -239,6 +239,7 @@ private:
     SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample)
     SampleResult* sample_out_ = nullptr;      // device: its result
     DecodeSlots decode_slots_;                // host staging and results of the decode steps in flight
+    bool steps_ahead_ = true;                 // KVLM_CUDA_STEPS_AHEAD=0: chains_decode_steps says no
     bool transfer_stats_ = false;             // KVLM_CUDA_TRANSFERS=1: print the counters below at the end
     int64_t decode_steps_ = 0;
     uint64_t decode_d2h_bytes_ = 0;   // device-to-host bytes of decode steps (logits or sampled ids)

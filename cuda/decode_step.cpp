@@ -27,7 +27,7 @@ bool CudaBackend::samples_on_device(const SampleRequest& r) const {
 // Steps whose token is always picked on the device (never handed back for the host to sort), with room
 // in the penalty list for the input token the device adds.
 bool CudaBackend::chains_decode_steps(const SampleRequest& r) const {
-    if (!samples_on_device(r) || r.n_penalty >= kSampleMaxPenalty) return false;
+    if (!steps_ahead_ || !samples_on_device(r) || r.n_penalty >= kSampleMaxPenalty) return false;
     const int32_t n_vocab = config_.n_vocab;
     return r.temperature <= 0.0f || n_vocab == 1 || (r.top_k > 0 && r.top_k < n_vocab);
 }

@@ -178,9 +178,12 @@ bench_batched() {
     local name=$1 m=$2 n
     {
         for settings in "--temp 0" "--temp 0.8 --seed 5"; do
-            echo "### $name: run --device cuda -n 256 $settings (KVLM_CUDA_TRANSFERS=1)"
-            KVLM_CUDA_TRANSFERS=1 timeout 60 "$KVLM" run -m "$m" --device cuda -p "Once upon a time" -n 256 $settings -v \
-                2>&1 >/dev/null | grep -E 'generated|CUDA transfers' || fail "$name run $settings"
+            for ahead in 1 0; do  # steps queued ahead, then each waiting for the one before (A/B)
+                echo "### $name: KVLM_CUDA_STEPS_AHEAD=$ahead run --device cuda -n 256 $settings (KVLM_CUDA_TRANSFERS=1)"
+                KVLM_CUDA_STEPS_AHEAD=$ahead KVLM_CUDA_TRANSFERS=1 timeout 60 "$KVLM" run -m "$m" --device cuda \
+                    -p "Once upon a time" -n 256 $settings -v 2>&1 >/dev/null | grep -E 'generated|CUDA transfers' ||
+                    fail "$name run $settings"
+            done
         done
         for n in 1 4 8; do
             echo "### $name: run --device cuda --samples $n -n 128 --temp 0.7 --seed 5"

@@ -119,10 +119,10 @@ TEST_CASE("cuda cli: decode copies back only the sampled token's id, unless the 
     if (!have_data(stories("stories260K.gguf"))) return;
     const std::vector<std::string> base = {"run", "-m", stories_model(), "-p", "Once upon a time", "-n", "16", "--device", "cuda"};
     struct Transfers { int steps, per_step, ahead; std::string out, err; };
-    auto transfers = [&](std::vector<std::string> extra) {
+    auto transfers = [&](std::vector<std::string> extra, const std::string& env = "") {
         std::vector<std::string> args = base;
         args.insert(args.end(), extra.begin(), extra.end());
-        CliResult r = run_shell("KVLM_CUDA_TRANSFERS=1 " + kvlm_command(args));
+        CliResult r = run_shell(env + "KVLM_CUDA_TRANSFERS=1 " + kvlm_command(args));
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         std::smatch m;
         REQUIRE_MESSAGE(std::regex_search(r.err, m, std::regex("(\\d+) decode steps, (\\d+) bytes device to host \\((\\d+) per "
@@ -143,6 +143,10 @@ TEST_CASE("cuda cli: decode copies back only the sampled token's id, unless the 
         CHECK(t.per_step == 24);
         CHECK(t.ahead >= t.steps - 2);
         CHECK(t.ahead <= t.steps - 1);
+        // The same text with each step waiting for the one before (KVLM_CUDA_STEPS_AHEAD=0, the A/B switch).
+        const Transfers waiting = transfers(settings, "KVLM_CUDA_STEPS_AHEAD=0 ");
+        CHECK(waiting.ahead == 0);
+        CHECK(waiting.out == t.out);
     }
     // -v: each token's probability comes back with it (still 24 bytes), the CPU's figure to 3 decimals.
     const Transfers verbose = transfers({"--temp", "0", "-v"});
