@@ -188,6 +188,15 @@ int run_samples(Engine& engine, const RunOptions& options, const std::vector<int
             report(int32_t(i), results[i]);
             cache.release(seqs[i]);
         }
+        if (options.verbose) {  // each sample's decode rate above is over the whole batch's time
+            size_t n_tokens = 0;
+            for (const GenerationResult& r : results) n_tokens += r.generated.size();
+            const double seconds = results.empty() ? 0 : results.front().decode_seconds;
+            std::fprintf(stderr,
+                         "kvlm: %zu samples side by side (one forward per step for all of them): %zu tokens in "
+                         "%.3f s, %.1f tok/s in all\n",
+                         n, n_tokens, seconds, seconds > 0 ? double(n_tokens) / seconds : 0.0);
+        }
         if (!wrote_newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
         return status;
     }

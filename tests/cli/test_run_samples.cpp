@@ -4,6 +4,7 @@
 // reused by the other samples.
 #include <doctest/doctest.h>
 
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,12 @@ TEST_CASE("run --samples: N completions of one prefilled prompt, the first equal
                         " reused from the pool, 0 restored from disk, 0 prefilled";
     CHECK_MESSAGE(count(three.err, first) == 1, three.err);
     CHECK_MESSAGE(count(three.err, later) == 2, three.err);
+    // -v adds the batch's aggregate rate (each sample's own line divides its tokens by the batch's time).
+    std::smatch m;
+    REQUIRE_MESSAGE(std::regex_search(three.err, m, std::regex("3 samples side by side \\(one forward per step for all of "
+                                                               "them\\): ([0-9]+) tokens in [0-9.]+ s, [0-9.]+ tok/s in all")),
+                    three.err);
+    CHECK(std::stoi(m[1].str()) == 90);  // 3 x -n 30 (stories260K does not end its stories early)
 }
 
 TEST_CASE("run --samples: greedy samples are all equal; bad counts are errors") {
