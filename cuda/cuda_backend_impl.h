@@ -191,6 +191,7 @@ private:
     // decode_step.cpp: the one-token step.
     void decode_step(int32_t token, int32_t pos, const BlockTable& table, float* logits);
     void enqueue_sampled_step(int32_t token, int32_t pos, const BlockTable& table, const SampleRequest& request);
+    DecodeSlots::Slot& claim_decode_slot(int32_t pos);
     int32_t upload_decode_inputs(int32_t token, int32_t pos, const BlockTable& table, int32_t* staging);
     void run_decode(int32_t n_splits, int32_t pos, bool sample);
     void copy_logits_back(float* logits);

@@ -9,7 +9,7 @@ namespace kvlm::cuda_detail {
 // the whole step - everything but the input upload and the logits download - replays as one CUDA graph
 // per split count. The graph's kernels read the token, its position and the block table from ints_.
 void CudaBackend::decode_step(int32_t token, int32_t pos, const BlockTable& table, float* logits) {
-    DecodeSlots::Slot& slot = decode_slots_.claim(table_capacity_);
+    DecodeSlots::Slot& slot = claim_decode_slot(pos);
     run_decode(upload_decode_inputs(token, pos, table, slot.inputs), pos, false);
     copy_logits_back(logits);
     CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -78,7 +78,7 @@ void CudaBackend::enqueue_sampled_step(int32_t token, int32_t pos, const BlockTa
     } else {
         check_forward(&token, 1, pos, table);
     }
-    DecodeSlots::Slot& slot = decode_slots_.claim(table_capacity_);
+    DecodeSlots::Slot& slot = claim_decode_slot(pos);
     const size_t input_bytes = fill_sample_inputs(slot.sample_in, request);
     const int32_t n_splits = upload_decode_inputs(token, pos, table, slot.inputs);
     CUDA_CHECK(cudaMemcpyAsync(sample_in_, slot.sample_in, input_bytes, cudaMemcpyHostToDevice, stream()));
@@ -89,12 +89,18 @@ void CudaBackend::enqueue_sampled_step(int32_t token, int32_t pos, const BlockTa
     if (from_device) decode_steps_ahead_++;
 }
 
+// A slot for a decode step at `pos`, its staging as long as the table may get (ints_ grown first: a staging
+// sized before the table grew would be too short).
+DecodeSlots::Slot& CudaBackend::claim_decode_slot(int32_t pos) {
+    ensure_table_capacity(int64_t(pos) / layout_.block_size + 1);  // clears the graphs when ints_ moves
+    return decode_slots_.claim(table_capacity_);
+}
+
 // Stages the token (unless it is kTokenFromDevice), its position and the table's blocks in use for the
 // decode graph (one small upload from `staging`, pinned, [2 + blocks]); returns the attention split
 // count, which picks the graph.
 int32_t CudaBackend::upload_decode_inputs(int32_t token, int32_t pos, const BlockTable& table, int32_t* staging) {
-    const int64_t n_blocks_used = int64_t(pos) / layout_.block_size + 1;
-    ensure_table_capacity(n_blocks_used);  // clears the graphs when ints_ moves
+    const int64_t n_blocks_used = int64_t(pos) / layout_.block_size + 1;  // within table_capacity_ (claim_decode_slot)
     staging[0] = token;
     staging[1] = pos;
     std::memcpy(staging + 2, table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
