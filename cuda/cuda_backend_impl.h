@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -190,6 +191,8 @@ private:
 
     // decode_step.cpp: the one-token step.
     void decode_step(int32_t token, int32_t pos, const BlockTable& table, float* logits);
+    // A layer's Q, K and V projections (with their biases where the model has them) as one GEMV launch's outputs.
+    std::array<GemvOutput, 3> qkv_outputs(const LayerWeights& lw) const;
     void enqueue_sampled_step(int32_t token, int32_t pos, const BlockTable& table, const SampleRequest& request);
     DecodeSlots::Slot& claim_decode_slot(int32_t pos);
     int32_t upload_decode_inputs(int32_t token, int32_t pos, const BlockTable& table, int32_t* staging);

@@ -153,7 +153,7 @@ int64_t CudaBackend::rows_graph_key(const std::vector<int32_t>& shape) {
 template <typename Run>
 void CudaBackend::enqueue_rows(int32_t n, const Run* runs, size_t n_runs) {
     const ModelConfig& c = config_;
-    const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim, kv_dim = int32_t(layout_.row_elements());
+    const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim;
     const int32_t *tokens = ints_, *positions = ints_ + positions_at(), *row_tables = ints_ + rows_at();
     const int32_t* tables = ints_ + table_at();
     cudaStream_t s = stream();
@@ -161,11 +161,8 @@ void CudaBackend::enqueue_rows(int32_t n, const Run* runs, size_t n_runs) {
     launch_embed(x_, tokens, weights_.token_embd.data, weights_.token_embd.dtype, n, dim, s);
     for (int32_t layer = 0; layer < c.n_layers; layer++) {
         const LayerWeights& lw = weights_.layers[size_t(layer)];
-        const bool bias = c.qkv_bias;
-        const GemvOutput qkv[3] = {gemv_output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
-                                   gemv_output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
-                                   gemv_output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
-        launch_gemv_tokens(qkv, 3, x_, n, dim, f32(lw.attn_norm), c.norm_eps, false, s);
+        const std::array<GemvOutput, 3> qkv = qkv_outputs(lw);
+        launch_gemv_tokens(qkv.data(), 3, x_, n, dim, f32(lw.attn_norm), c.norm_eps, false, s);
         launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, tables, positions, inv_freq_, n, c.n_heads, s,
                              row_tables);
         for (size_t i = 0; i < n_runs; i++) {

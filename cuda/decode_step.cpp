@@ -89,6 +89,14 @@ void CudaBackend::enqueue_sampled_step(int32_t token, int32_t pos, const BlockTa
     if (from_device) decode_steps_ahead_++;
 }
 
+std::array<GemvOutput, 3> CudaBackend::qkv_outputs(const LayerWeights& lw) const {
+    const bool bias = config_.qkv_bias;
+    const int32_t q_dim = config_.n_heads * config_.head_dim, kv_dim = int32_t(layout_.row_elements());
+    return {gemv_output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
+            gemv_output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
+            gemv_output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
+}
+
 // A slot for a decode step at `pos`, its staging as long as the table may get (ints_ grown first: a staging
 // sized before the table grew would be too short).
 DecodeSlots::Slot& CudaBackend::claim_decode_slot(int32_t pos) {
@@ -156,11 +164,8 @@ void CudaBackend::enqueue_decode(int32_t n_splits) {
     mark("embed", double(weights_.token_embd.n_bytes()) / c.n_vocab + dim * f4);
     for (int32_t layer = 0; layer < c.n_layers; layer++) {
         const LayerWeights& lw = weights_.layers[size_t(layer)];
-        const bool bias = c.qkv_bias;
-        const GemvOutput qkv[3] = {gemv_output(q_, lw.attn_q, bias ? &lw.attn_q_bias : nullptr, q_dim),
-                                   gemv_output(k_, lw.attn_k, bias ? &lw.attn_k_bias : nullptr, kv_dim),
-                                   gemv_output(v_, lw.attn_v, bias ? &lw.attn_v_bias : nullptr, kv_dim)};
-        launch_gemv(qkv, 3, x_, dim, f32(lw.attn_norm), c.norm_eps, false, s);
+        const std::array<GemvOutput, 3> qkv = qkv_outputs(lw);
+        launch_gemv(qkv.data(), 3, x_, dim, f32(lw.attn_norm), c.norm_eps, false, s);
         mark("gemv q/k/v (rmsnorm inside)",
              double(lw.attn_q.n_bytes() + lw.attn_k.n_bytes() + lw.attn_v.n_bytes()) + (dim + q_dim + 2 * kv_dim) * f4);
         launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, block_table, positions, inv_freq_, 1, c.n_heads, s);

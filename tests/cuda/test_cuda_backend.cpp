@@ -80,6 +80,18 @@ void compare_run(const RandomModel& m, DType kv_dtype, int32_t block_size, int32
     }
 }
 
+// Prefills `history` on p's and q's CUDA backends (logits into a and b) and picks the first token from b with
+// `picker`; `other` takes the same draw, so that the two samplers' generators stay in step.
+int32_t prefill_both(Pair& p, Pair& q, const std::vector<int32_t>& history, Sampler& picker, Sampler& other,
+                     std::vector<float>& a, std::vector<float>& b) {
+    const int32_t n_vocab = int32_t(a.size());
+    p.cuda->forward(history.data(), int32_t(history.size()), 0, p.table, a.data());
+    q.cuda->forward(history.data(), int32_t(history.size()), 0, q.table, b.data());
+    const int32_t token = picker.sample(b.data(), n_vocab, history);
+    other.draw(n_vocab);
+    return token;
+}
+
 }  // namespace
 
 TEST_CASE("cuda backend: logits match the CPU backend on random models") {
@@ -132,10 +144,7 @@ TEST_CASE("cuda backend: decode_sample picks on the device the tokens forward + 
         Sampler device_sampler(params), host_sampler(params);
         std::vector<int32_t> history = random_tokens(9, config.n_vocab, 4);
         std::vector<float> a(size_t(config.n_vocab)), b(a.size());
-        p.cuda->forward(history.data(), int32_t(history.size()), 0, p.table, a.data());
-        q.cuda->forward(history.data(), int32_t(history.size()), 0, q.table, b.data());
-        int32_t token = host_sampler.sample(b.data(), config.n_vocab, history);
-        device_sampler.draw(config.n_vocab);  // the first token's draw: the two generators stay in step
+        int32_t token = prefill_both(p, q, history, host_sampler, device_sampler, a, b);
         int32_t n_device = 0;
         for (int32_t pos = int32_t(history.size()); pos < 60; pos++) {
             history.push_back(token);
@@ -184,10 +193,7 @@ TEST_CASE("cuda backend: decode steps queued one ahead pick the tokens of one st
         Sampler ahead_sampler(params), step_sampler(params);
         std::vector<int32_t> history = random_tokens(9, config.n_vocab, 5);
         std::vector<float> a(size_t(config.n_vocab)), b(a.size());
-        p.cuda->forward(history.data(), int32_t(history.size()), 0, p.table, a.data());
-        q.cuda->forward(history.data(), int32_t(history.size()), 0, q.table, b.data());
-        int32_t token = step_sampler.sample(b.data(), config.n_vocab, history);
-        ahead_sampler.draw(config.n_vocab);  // the first token's draw: the two generators stay in step
+        int32_t token = prefill_both(p, q, history, step_sampler, ahead_sampler, a, b);
         std::vector<int32_t> ahead_history = history;
         // q: one step at a time, 50 tokens.
         std::vector<int32_t> want;
