@@ -81,8 +81,12 @@ done
 echo
 echo "next turn after that history (\" Thanks.\", 4 tokens, greedy), whole process, median of $REPS interleaved"
 echo
-echo "| type | KV | llama.cpp --prompt-cache s | kvlm --session s | speed kvlm / llama.cpp | llama.cpp cache bytes | kvlm store file bytes |"
-echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+# Sizes: llama.cpp saves its cache before the prompt's last token (its log: "saved session before last token";
+# "prompt eval ... / N tokens" counts the tokens whose K/V it holds) and evaluates that token again in the next
+# turn; kvlm's store holds the K/V of every history token (`session show`: "(N with K/V ...)"). So the files
+# hold K/V of different token counts, and the last column compares bytes per token of K/V.
+echo "| type | KV | llama.cpp --prompt-cache s | kvlm --session s | speed kvlm / llama.cpp | llama.cpp cache bytes (K/V tokens) | kvlm store file bytes (K/V tokens) | bytes per K/V token kvlm / llama.cpp |"
+echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 next="$work/next.txt"
 { cat "$prompt"; printf ' Thanks.'; } > "$next"
 for t in $TYPES; do
@@ -90,7 +94,9 @@ for t in $TYPES; do
         cache="$work/$t-$kv.cache" store="$work/$t-$kv.store"
         peer_kv=(-ctk "$kv" -ctv "$kv" -fa on)
         "$BIN/llama-completion" -m "$WORK/smollm2-135m-$t.gguf" -f "$prompt" -n 1 --temp 0 -t "$THREADS" -c 4096 \
-            -no-cnv "${peer_kv[@]}" --prompt-cache "$cache" > /dev/null 2>&1
+            -no-cnv "${peer_kv[@]}" --prompt-cache "$cache" > /dev/null 2> "$work/peer.log"
+        peer_kv_tokens=$(sed -n 's|.*prompt eval time.*/ *\([0-9][0-9]*\) tokens.*|\1|p' "$work/peer.log" | head -n 1)
+        [ -n "$peer_kv_tokens" ] || die "no 'prompt eval ... tokens' line in llama-completion's log"
         "$KVLM" run -m "$WORK/smollm2-135m-$t.kvlm" -n 1 --temp 0 -t "$THREADS" -c 4096 --kv-dtype "$kv" \
             --session s --session-dir "$store" < "$prompt" > /dev/null 2>&1
         peer=() ours=()
@@ -102,6 +108,9 @@ for t in $TYPES; do
                 -t "$THREADS" -c 4096 --session s --session-dir "$work/copy")")
         done
         p=$(median "${peer[@]}") o=$(median "${ours[@]}")
-        echo "| $t | $kv | $p | $o | $(python3 -c "print(f'{$p / $o:.2f}')") | $(stat -c %s "$cache") | $(find "$store" -type f -printf "%s\n" | awk '{s += $1} END {print s}') |"
+        our_kv_tokens=$("$KVLM" session show s --session-dir "$store" | sed -n 's|^tokens:.*(\([0-9][0-9]*\) with K/V.*|\1|p')
+        peer_bytes=$(stat -c %s "$cache") our_bytes=$(find "$store" -type f -printf "%s\n" | awk '{s += $1} END {print s}')
+        per_token=$(python3 -c "print(f'{($our_bytes / $our_kv_tokens) / ($peer_bytes / $peer_kv_tokens):.4f}')")
+        echo "| $t | $kv | $p | $o | $(python3 -c "print(f'{$p / $o:.2f}')") | $peer_bytes ($peer_kv_tokens) | $our_bytes ($our_kv_tokens) | $per_token |"
     done
 done
