@@ -78,11 +78,11 @@ struct AttentionKeys {
 
 // Bytes of scratch matmul_q needs for n_tokens tokens and n_rows rows of n_in weights: the unpacked rows (per
 // row and block, 32 16-bit weights, a scale and a min as floats), or the tokens' block scales side by side
-// (two floats per token and block), or one token's blocks rearranged in groups of 4 (128 bytes a block, the
-// blocks rounded up to groups, 64-byte aligned), whichever is larger.
+// (two floats per token and block), or up to 4 tokens' blocks rearranged in groups of 4 (128 bytes a block,
+// the blocks rounded up to groups, 64-byte aligned), whichever is larger.
 constexpr int64_t quantized_scratch_bytes(int64_t n_tokens, int64_t n_rows, int64_t n_in) {
     const int64_t unpacked = (n_in / 32) * (n_rows * (64 + 8) > n_tokens * 8 ? n_rows * (64 + 8) : n_tokens * 8);
-    const int64_t split = (n_in / 32 + 3) / 4 * 4 * 128 + 64;
+    const int64_t split = (n_tokens < 4 ? n_tokens : 4) * ((n_in / 32 + 3) / 4 * 4 * 128) + 64;
     return unpacked > split ? unpacked : split;
 }
 
