@@ -76,14 +76,23 @@ struct AttentionKeys {
     float* widened = nullptr;
 };
 
-// Bytes of scratch matmul_q needs for n_tokens tokens and n_rows rows of n_in weights: the unpacked rows (per
-// row and block, 32 16-bit weights, a scale and a min as floats), or the tokens' block scales side by side
-// (two floats per token and block), or up to 4 tokens' blocks rearranged in groups of 4 (128 bytes a block,
-// the blocks rounded up to groups, 64-byte aligned), whichever is larger.
+// Up to this many tokens matmul_q reads the weight rows as they are (a few sequences decoding together);
+// more tokens unpack a tile of rows first, once for all of them.
+constexpr int64_t kQuantRowsAsStoredTokens = 4;
+
+// Bytes of scratch matmul_q needs for n_tokens tokens and n_rows rows of n_in weights: up to
+// kQuantRowsAsStoredTokens tokens, the tokens' block scales side by side (two floats per token and block) or
+// their blocks rearranged in groups of 4 (128 bytes a block, rounded up to groups, 64-byte aligned), whatever
+// n_rows; more tokens, the unpacked rows (per row and block, 32 16-bit weights, a scale and a min as floats)
+// or the block scales, whichever is larger.
 constexpr int64_t quantized_scratch_bytes(int64_t n_tokens, int64_t n_rows, int64_t n_in) {
-    const int64_t unpacked = (n_in / 32) * (n_rows * (64 + 8) > n_tokens * 8 ? n_rows * (64 + 8) : n_tokens * 8);
-    const int64_t split = (n_tokens < 4 ? n_tokens : 4) * ((n_in / 32 + 3) / 4 * 4 * 128) + 64;
-    return unpacked > split ? unpacked : split;
+    const int64_t scales = (n_in / 32) * n_tokens * 8;
+    if (n_tokens <= kQuantRowsAsStoredTokens) {
+        const int64_t split = n_tokens * ((n_in / 32 + 3) / 4 * 4 * 128) + 64;
+        return split > scales ? split : scales;
+    }
+    const int64_t unpacked = (n_in / 32) * n_rows * (64 + 8);
+    return unpacked > scales ? unpacked : scales;
 }
 
 struct CpuKernels {

@@ -75,16 +75,17 @@ void matmul_rows_float(const CpuKernels& k, float* out, const float* x, const vo
     }
 }
 
-// Rows [row_begin, row_end) for all n tokens, quantized weights: each tile of kQuantRowTile rows goes to the
-// kernel with every token, so that a batch unpacks it once (the kernel then runs its tokens in tiles).
+// Rows [row_begin, row_end) for all n tokens, quantized weights: a few tokens take the rows in one call (the
+// kernel prepares their activations once), more tokens tile by tile of kQuantRowTile rows, so that the batch
+// unpacks each tile once (the kernel then runs its tokens in tiles).
 void matmul_rows_quantized(const CpuKernels& k, float* out, const ActivationBlock* xq, const void* w, DType w_dtype,
                            int64_t n, int64_t n_in, int64_t n_out, int64_t row_begin, int64_t row_end) {
-    // quantized_scratch_bytes(n, kQuantRowTile, n_in), in floats.
+    const int64_t tile = n <= kQuantRowsAsStoredTokens ? row_end - row_begin : kQuantRowTile;
     thread_local std::vector<float> scratch;
-    const size_t n_scratch = size_t(quantized_scratch_bytes(n, kQuantRowTile, n_in) / 4);
+    const size_t n_scratch = size_t(quantized_scratch_bytes(n, tile, n_in) / 4);
     if (scratch.size() < n_scratch) scratch.resize(n_scratch);
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kQuantRowTile)
-        k.matmul_q(out, n_out, xq, n, w, w_dtype, n_in, r0, std::min(row_end, r0 + kQuantRowTile), scratch.data());
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += tile)
+        k.matmul_q(out, n_out, xq, n, w, w_dtype, n_in, r0, std::min(row_end, r0 + tile), scratch.data());
 }
 
 }  // namespace
