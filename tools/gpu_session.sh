@@ -65,8 +65,8 @@ model() {  # model NAME convert-args... -> path of the converted model (converte
     echo "$MODELS/$name.kvlm"
 }
 
-synthetic() {  # synthetic SHAPE TOKENIZER
-    model "synthetic-$1-bf16" --synthetic "$1" --tokenizer "$DATA/tokenizers/$2" --dtype bf16
+synthetic() {  # synthetic SHAPE TOKENIZER [DTYPE (bf16)]
+    model "synthetic-$1-${3:-bf16}" --synthetic "$1" --tokenizer "$DATA/tokenizers/$2" --dtype "${3:-bf16}"
 }
 
 # run_cases LOG TIMEOUT FILTER: doctest cases with durations; the slowest and any errors on stderr, doctest's
@@ -232,8 +232,7 @@ stage_cpu() {
     header cpu
     local q4 bf16 t cores rate1 line
     cores=$(nproc)
-    q4=$(model synthetic-smollm2-135m-q4_0 --synthetic smollm2-135m --tokenizer "$DATA/tokenizers/smollm2" --dtype q4_0) ||
-        fail "convert SmolLM2 shape q4_0"
+    q4=$(synthetic smollm2-135m smollm2 q4_0) || fail "convert SmolLM2 shape q4_0"
     bf16=$(synthetic smollm2-135m smollm2) || fail "convert SmolLM2 shape"
     for m in $q4 $bf16; do
         echo "### $(basename "$m" .kvlm): kvlm bench --device cpu -p 512 -n 128 -r 2 -t T, $cores cores ($(lscpu | sed -n 's/^Model name: *//p'))"
