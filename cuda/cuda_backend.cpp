@@ -13,6 +13,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
     if (config_.head_dim > kCudaMaxHeadDim)
         throw_error("cuda backend: head_dim {} is above the {} the attention kernel supports (use --device cpu)",
                     config_.head_dim, kCudaMaxHeadDim);
+    set_programmatic_launches(options.cuda_programmatic_launches);  // process-wide: the launchers take no backend
     stream_ = std::make_unique<Stream>();
     cublas_ = std::make_unique<CublasHandle>();  // loads cuBLAS; throws naming the library when missing
     n_kv_blocks_ = kv_block_count(config_, options);
@@ -34,12 +35,14 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
     transfer_stats_ = options.cuda_transfer_stats;
     steps_ahead_ = options.cuda_steps_ahead;
     use_graphs_ = options.cuda_graphs && fused_decode_ && !profile_;
-    name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{})", prop_.name, prop_.multiProcessorCount,
+    const bool programmatic = programmatic_launches() && prop_.major >= 9;
+    name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{}{})", prop_.name, prop_.multiProcessorCount,
                         double(prop_.totalGlobalMem) / kGiB,
                         use_graphs_     ? ", decode in CUDA graphs"
                         : profile_      ? ", decode profiled: CUDA graphs off"
                         : fused_decode_ ? ", CUDA graphs off"
-                                        : "");
+                                        : "",
+                        programmatic ? ", programmatic launches" : "");
 }
 
 CudaBackend::~CudaBackend() {
@@ -162,6 +165,7 @@ void CudaBackend::upload_weights(const ModelWeights& host, bool show_progress) {
     }
     CUDA_CHECK(cudaStreamSynchronize(stream()));
     progress.finish();
+    declare_immutable(device);
 
     auto on_device = [&](const TensorView& v) {
         TensorView d = v;
@@ -222,6 +226,7 @@ void CudaBackend::allocate_scratch() {
     CUDA_CHECK(
         cudaMemcpyAsync(inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream()));
     CUDA_CHECK(cudaStreamSynchronize(stream()));
+    declare_immutable(inv_freq_);
     ensure_table_capacity(
         std::max<int64_t>(n_kv_blocks_, (int64_t(c.n_ctx) + layout_.block_size - 1) / layout_.block_size));
 }

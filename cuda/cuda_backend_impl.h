@@ -25,6 +25,7 @@
 #include "graph_cache.h"
 #include "matmul.h"
 #include "pinned_buffer.h"
+#include "programmatic_launch.h"
 #include "sample_host.h"
 #include "util/byte_size.h"
 #include "util/error.h"

@@ -174,6 +174,18 @@ void launch_gemv_swiglu(float* out,                // [n_ff]; must not alias x
 // batched exact forward of several decode rows).
 void launch_gemv_tokens(const GemvOutput* outputs, int32_t n_outputs, const float* x, int32_t n_tokens, int32_t n_in,
                         const float* norm_weight, float norm_eps, bool accumulate, cudaStream_t stream);
+// The decode step's Q/K/V GEMV with launch_rope_kv_write done in its epilogue (one launch instead of two, the
+// same bits): qkv[0] is rotated into its out; k and v rows go straight into the pool (qkv[1].out and
+// qkv[2].out are not written). For when gemv_rope_kv_supported.
+void launch_gemv_rope_kv(const GemvOutput* qkv,       // [3]: q, k, v of one token
+                         const float* x, int32_t n_in, const float* norm_weight, float norm_eps, void* kv,
+                         const KvLayout& layout, int32_t layer,
+                         const int32_t* block_table,  // [>= position / block_size + 1]
+                         const int32_t* position,     // [1]
+                         const float* inv_freq,       // [head_dim / 2]
+                         cudaStream_t stream);
+// One weight dtype for q, k and v, rows a whole number of heads, and an f32, f16 or bf16 pool.
+bool gemv_rope_kv_supported(const GemvOutput* qkv, const KvLayout& layout);
 void launch_gemv_swiglu_tokens(float* out, const float* x, int32_t n_tokens, const void* w_gate, const void* w_up,
                                DType dtype, int32_t n_in, int32_t n_ff, const float* norm_weight, float norm_eps,
                                cudaStream_t stream);

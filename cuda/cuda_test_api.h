@@ -61,6 +61,15 @@ void gemv_offset_weights(float* const* outs, const void* const* weights, const D
                          const float* const* biases, const int32_t* n_outs, int32_t n_outputs, const float* x,
                          int32_t n_in, const float* norm_weight, float norm_eps, bool accumulate,
                          int32_t weight_offset);
+// launch_gemv_rope_kv and, on the same inputs, launch_gemv + launch_rope_kv_write (the two launches it
+// replaces), for one token at `position`: weights[3] (q, k, v: [n_heads or n_kv_heads * head_dim, n_in] in
+// dtype), biases[3] (each null or [rows]); the pool kv ([n_blocks] records, see KvLayout) is copied in for
+// each. Out: q after each ([n_heads * head_dim]) and the pool after each.
+void gemv_rope_kv(float* q_fused, void* kv_fused, float* q_plain, void* kv_plain, const void* const* weights,
+                  DType dtype, const float* const* biases, const float* x, int32_t n_in, const float* norm_weight,
+                  float norm_eps, const void* kv, int32_t n_blocks, const KvLayout& layout, int32_t layer,
+                  const int32_t* block_table, int32_t n_table, int32_t position, const float* inv_freq,
+                  int32_t n_heads);
 void gemv_swiglu(float* out, const float* x, const void* w_gate, const void* w_up, DType dtype, int32_t n_in,
                  int32_t n_ff, const float* norm_weight, float norm_eps);
 // launch_gemv_tokens / launch_gemv_swiglu_tokens over n_tokens inputs (x [n_tokens, n_in]; outs[i]

@@ -8,6 +8,7 @@
 
 #include "cuda_check.h"
 #include "cuda_test_api.h"
+#include "programmatic_launch.h"
 #include "util/error.h"
 
 namespace kvlm::cuda_test {
@@ -29,6 +30,11 @@ public:
     T* get() const { return reinterpret_cast<T*>(static_cast<char*>(base_) + kGuardBytes); }
     void upload(const void* src) {
         if (bytes_) CUDA_CHECK(cudaMemcpy(get(), src, bytes_, cudaMemcpyHostToDevice));
+    }
+    // Weights: kernels only read them (programmatic launches may before their wait).
+    void upload_immutable(const void* src) {
+        upload(src);
+        declare_immutable(base_);
     }
     // Throws naming the buffer when a kernel wrote into either guard band (copies only the bands back).
     void check_guards() const {

@@ -147,7 +147,8 @@ void CudaBackend::copy_logits_back(float* logits) {
     decode_d2h_bytes_ += uint64_t(config_.n_vocab) * sizeof(float);
 }
 
-// The decode step's launches (captured into a graph or run directly): 6 per layer, 7 when attention splits.
+// The decode step's launches (captured into a graph or run directly): 5 per layer (6 with a q8_0 pool or
+// mixed Q/K/V dtypes, where RoPE and the pool write take their own launch), one more when attention splits.
 void CudaBackend::enqueue_decode(int32_t n_splits) {
     const ModelConfig& c = config_;
     const int32_t dim = c.n_embd, q_dim = c.n_heads * c.head_dim, kv_dim = int32_t(layout_.row_elements());
@@ -165,11 +166,18 @@ void CudaBackend::enqueue_decode(int32_t n_splits) {
     for (int32_t layer = 0; layer < c.n_layers; layer++) {
         const LayerWeights& lw = weights_.layers[size_t(layer)];
         const std::array<GemvOutput, 3> qkv = qkv_outputs(lw);
-        launch_gemv(qkv.data(), 3, x_, dim, f32(lw.attn_norm), c.norm_eps, false, s);
-        mark("gemv q/k/v (rmsnorm inside)",
-             double(lw.attn_q.n_bytes() + lw.attn_k.n_bytes() + lw.attn_v.n_bytes()) + (dim + q_dim + 2 * kv_dim) * f4);
-        launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, block_table, positions, inv_freq_, 1, c.n_heads, s);
-        mark("rope + kv write", (2 * q_dim + 2 * kv_dim) * f4 + double(layout_.bytes_of(2 * int64_t(kv_dim))));
+        const double qkv_bytes = double(lw.attn_q.n_bytes() + lw.attn_k.n_bytes() + lw.attn_v.n_bytes());
+        if (gemv_rope_kv_supported(qkv.data(), layout_)) {
+            launch_gemv_rope_kv(qkv.data(), x_, dim, f32(lw.attn_norm), c.norm_eps, kv_, layout_, layer, block_table,
+                                positions, inv_freq_, s);
+            mark("gemv q/k/v + rope + kv write",
+                 qkv_bytes + (dim + q_dim) * f4 + double(layout_.bytes_of(2 * int64_t(kv_dim))));
+        } else {
+            launch_gemv(qkv.data(), 3, x_, dim, f32(lw.attn_norm), c.norm_eps, false, s);
+            mark("gemv q/k/v (rmsnorm inside)", qkv_bytes + (dim + q_dim + 2 * kv_dim) * f4);
+            launch_rope_kv_write(q_, k_, v_, kv_, layout_, layer, block_table, positions, inv_freq_, 1, c.n_heads, s);
+            mark("rope + kv write", (2 * q_dim + 2 * kv_dim) * f4 + double(layout_.bytes_of(2 * int64_t(kv_dim))));
+        }
         launch_paged_attention_splits(att_, q_, kv_, layout_, layer, block_table, positions, 1, c.n_heads, n_splits,
                                       prop_.multiProcessorCount, attention_, s);
         mark("attention", kv_read + 2 * q_dim * f4);

@@ -3,6 +3,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "dtype_cuda.cuh"
+#include "programmatic_launch.cuh"
 #include "quant_cuda.cuh"
 
 namespace kvlm {
@@ -12,6 +13,8 @@ __global__ void embed_kernel(float* out,             // [n, dim]
                              const int32_t* tokens,  // [n]
                              const T* table,         // [n_vocab, dim]
                              int32_t dim) {
+    wait_for_prior_kernel();  // the token may be the prior step's pick
+    allow_next_kernel();
     int32_t t = blockIdx.x;
     const T* row = table + int64_t(tokens[t]) * dim;
     float* dst = out + int64_t(t) * dim;
@@ -23,6 +26,8 @@ __global__ void embed_quantized_kernel(float* out,             // [n, dim]
                                        const int32_t* tokens,  // [n]
                                        const uint8_t* table,   // [n_vocab, dim / 32] blocks of Q
                                        int32_t dim) {
+    wait_for_prior_kernel();  // the token may be the prior step's pick
+    allow_next_kernel();
     int32_t t = blockIdx.x;
     const uint8_t* row = table + int64_t(tokens[t]) * (dim / kQuantBlock) * QuantBlock<Q>::kBytes;
     float* dst = out + int64_t(t) * dim;
@@ -36,13 +41,13 @@ void launch_embed(float* out, const int32_t* tokens, const void* table, DType dt
     if (dtype_is_quantized(dtype)) {
         if (dim % kQuantBlock != 0) cuda_throw("launch_embed: quantized rows must be whole 32-element blocks");
         KVLM_DISPATCH_QUANT(dtype, Q,
-                            embed_quantized_kernel<Q><<<n, 256, 0, stream>>>(out, tokens,
-                                                                             static_cast<const uint8_t*>(table), dim));
+                            launch_kernel("embed_quantized_kernel", embed_quantized_kernel<Q>, n, 256, 0, stream, out,
+                                          tokens, static_cast<const uint8_t*>(table), dim));
     } else {
         KVLM_DISPATCH_DTYPE(dtype, T,
-                            embed_kernel<T><<<n, 256, 0, stream>>>(out, tokens, static_cast<const T*>(table), dim));
+                            launch_kernel("embed_kernel", embed_kernel<T>, n, 256, 0, stream, out, tokens,
+                                          static_cast<const T*>(table), dim));
     }
-    CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace kvlm

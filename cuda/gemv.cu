@@ -11,6 +11,7 @@
 #include "cuda_ops.h"
 #include "dtype_cuda.cuh"
 #include "gemv_shared.cuh"
+#include "programmatic_launch.cuh"
 
 namespace kvlm {
 
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     const int lane = threadIdx.x % 32;
     const int32_t n_in = p.n_in;
     const int64_t n_chunks = n_in / V;
-    const float* __restrict__ x = p.x;
+    const float* x = p.x;  // written by the prior kernel: coherent loads (programmatic_launch.cuh)
     const float* __restrict__ norm_weight = p.norm_weight;
     const bool norm = norm_weight != nullptr;
     const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * R;
@@ -103,12 +104,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
 #pragma unroll
         for (int m = 0; m < kMats; m++) {
             int32_t local;
-            const void* w = row_matrix<kSwiglu>(p, first, r, m, &local);
+            const void* w = row_matrix<kSwiglu>(p, warp_row<R, kSwiglu, NT>(p, first, r), m, &local);
             rows[m * R + r] = static_cast<const T*>(w) + int64_t(local) * n_in;
         }
     }
     uint4 wv[U][NR];  // vector path: the current step's chunks (the scalar fallback is not prefetched)
     if (has_rows && p.vec) load_step(wv, rows, 0, n_chunks, lane);
+    wait_for_prior_kernel();  // the weights above are immutable; x and out are not
+    allow_next_kernel();
 
     float scale[NT];
     stage_input<kShared>(p, x_shared, warp_sums, scale);
@@ -138,7 +141,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
                         if (kShared) {
                             f = x_shared4[(xt / 4) + c * (V / 4) + j];
                         } else {
-                            f = __ldg(reinterpret_cast<const float4*>(x + xt) + c * (V / 4) + j);
+                            f = reinterpret_cast<const float4*>(x + xt)[c * (V / 4) + j];
                             if (norm) {
                                 const float s = scale[t];
                                 const float4 g = __ldg(reinterpret_cast<const float4*>(norm_weight) + c * (V / 4) + j);
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
                     if (kShared)
                         xi = x_shared[xi_at];
                     else
-                        xi = norm ? __ldg(norm_weight + i) * (__ldg(x + xi_at) * scale[t]) : __ldg(x + xi_at);
+                        xi = norm ? __ldg(norm_weight + i) * (x[xi_at] * scale[t]) : x[xi_at];
 #pragma unroll
                     for (int k = 0; k < NR; k++) acc[t][k] = fmaf(ws[u][k], xi, acc[t][k]);
                 }
@@ -197,8 +200,7 @@ void launch_with(const GemvParams& p, const LaunchShape& shape, size_t shared_by
     } else if constexpr (!kSwiglu) {
         if (shape.rows_per_warp == 4) kernel = gemv_kernel<T, 4, kSwiglu, kShared, 1>;
     }
-    kernel<<<launch_blocks(p.n_rows, used), used.threads, shared_bytes, stream>>>(p);
-    CUDA_CHECK_LAUNCH();
+    launch_kernel("gemv_kernel", kernel, launch_blocks(p.n_rows, used), used.threads, shared_bytes, stream, p);
 }
 
 // Fills in vec and the shape from the rest of p, and launches. p's weights, outputs, rows and tokens are set.
@@ -209,7 +211,7 @@ void launch_gemv_typed(GemvParams p, int n_weights, bool swiglu, cudaStream_t st
     for (int i = 0; i < n_weights; i++) vec = vec && aligned16(p.weight[i]);
     if (!shared) vec = vec && aligned16(p.x) && (p.norm_weight == nullptr || aligned16(p.norm_weight));
     p.vec = vec;
-    const LaunchShape shape = launch_shape(p.n_rows, swiglu);
+    const LaunchShape shape = launch_shape_for(p, swiglu);
     const size_t shared_bytes = shared ? size_t(p.n_tokens) * size_t(p.n_in) * sizeof(float) : 0;
     if (swiglu) {
         if (shared)
@@ -321,6 +323,38 @@ void launch_gemv_tokens(const GemvOutput* outputs, int32_t n_outputs, const floa
         p.n_rows = end;
         launch_token_groups(p, n_tokens, dtype, n, false, stream);
     }
+}
+
+bool gemv_rope_kv_supported(const GemvOutput* qkv, const KvLayout& layout) {
+    if (layout.dtype != DType::f32 && layout.dtype != DType::f16 && layout.dtype != DType::bf16) return false;
+    if (layout.head_dim < 2 || layout.head_dim % 2 != 0) return false;
+    for (int i = 0; i < 3; i++)
+        if (qkv[i].dtype != qkv[0].dtype || qkv[i].n_out <= 0 || qkv[i].n_out % layout.head_dim != 0) return false;
+    return qkv[1].n_out == layout.n_kv_heads * layout.head_dim && qkv[2].n_out == qkv[1].n_out;
+}
+
+void launch_gemv_rope_kv(const GemvOutput* qkv, const float* x, int32_t n_in, const float* norm_weight, float norm_eps,
+                         void* kv, const KvLayout& layout, int32_t layer, const int32_t* block_table,
+                         const int32_t* position, const float* inv_freq, cudaStream_t stream) {
+    if (!gemv_rope_kv_supported(qkv, layout))
+        cuda_throw("launch_gemv_rope_kv: q, k and v need one dtype, whole heads and an f32, f16 or bf16 pool");
+    if (x == nullptr || kv == nullptr || block_table == nullptr || position == nullptr || inv_freq == nullptr)
+        cuda_throw("launch_gemv_rope_kv: null x, pool, table, position or inv_freq");
+    if (n_in < 1) cuda_throw("launch_gemv_rope_kv: n_in must be at least 1");
+    check_quantized_n_in(qkv[0].dtype, n_in, "launch_gemv_rope_kv");
+    GemvParams p = base_params(x, n_in, norm_weight, norm_eps, false);
+    int32_t end = 0;
+    for (int i = 0; i < 3; i++) {
+        if (qkv[i].weight == nullptr || (i == 0 && qkv[i].out == nullptr)) cuda_throw("launch_gemv_rope_kv: null q out or weight");
+        end += qkv[i].n_out;
+        p.weight[i] = qkv[i].weight, p.out[i] = qkv[i].out, p.bias[i] = qkv[i].bias, p.row_end[i] = end;
+        p.out_stride[i] = qkv[i].n_out;
+    }
+    if (overlaps(qkv[0].out, qkv[0].n_out, x, n_in)) cuda_throw("launch_gemv_rope_kv: out overlaps x");
+    p.n_rows = end;
+    p.rope_kv = true;
+    p.rope = GemvRopeKv{kv, layout, layer, block_table, position, inv_freq};
+    launch_gemv_params(p, qkv[0].dtype, 3, false, stream);
 }
 
 void launch_gemv(const GemvOutput* outputs, int32_t n_outputs, const float* x, int32_t n_in, const float* norm_weight,

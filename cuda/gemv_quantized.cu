@@ -17,6 +17,7 @@
 #include "cuda_ops.h"
 #include "dtype_cuda.cuh"
 #include "gemv_shared.cuh"
+#include "programmatic_launch.cuh"
 #include "quant_cuda.cuh"
 
 namespace kvlm {
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
     const int lane = threadIdx.x % 32, sub = lane / 4, k = lane % 4;
     const int32_t n_in = p.n_in;
     const int64_t n_blocks = n_in / kQuantBlock;
-    const float* __restrict__ x = p.x;
+    const float* x = p.x;  // written by the prior kernel: coherent loads (programmatic_launch.cuh)
     const float* __restrict__ norm_weight = p.norm_weight;
     const bool norm = norm_weight != nullptr;
     const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * R;
@@ -126,12 +127,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
 #pragma unroll
         for (int m = 0; m < kMats; m++) {
             int32_t local;
-            const void* w = row_matrix<kSwiglu>(p, first, r, m, &local);
+            const void* w = row_matrix<kSwiglu>(p, warp_row<R, kSwiglu, NT>(p, first, r), m, &local);
             rows[m * R + r] = static_cast<const uint8_t*>(w) + int64_t(local) * n_blocks * QuantBlock<Q>::kBytes;
         }
     }
     Quarter wq[U][NR] = {};
     if (has_rows) load_step<Q>(wq, rows, 0, n_blocks, sub, k);
+    wait_for_prior_kernel();  // the weights above are immutable; x and out are not
+    allow_next_kernel();
 
     float scale[NT];
     stage_input<kShared>(p, x_shared, warp_sums, scale);
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
 #pragma unroll
                         for (int i = 0; i < 4; i++) {
                             const int64_t j = at[h] + i;
-                            xv[4 * h + i] = norm ? __ldg(norm_weight + (j - xt)) * (__ldg(x + j) * scale[t]) : __ldg(x + j);
+                            xv[4 * h + i] = norm ? __ldg(norm_weight + (j - xt)) * (x[j] * scale[t]) : x[j];
                         }
                     }
                 }
@@ -190,8 +193,8 @@ void launch_with(const GemvParams& p, const LaunchShape& shape, size_t shared_by
     } else if constexpr (!kSwiglu) {
         if (shape.rows_per_warp == 4) kernel = gemv_quantized_kernel<Q, 4, kSwiglu, kShared, 1>;
     }
-    kernel<<<launch_blocks(p.n_rows, used), used.threads, shared_bytes, stream>>>(p);
-    CUDA_CHECK_LAUNCH();
+    launch_kernel("gemv_quantized_kernel", kernel, launch_blocks(p.n_rows, used), used.threads, shared_bytes, stream,
+                  p);
 }
 
 template <DType Q>
@@ -202,7 +205,7 @@ void launch_typed(const GemvParams& p, int n_weights, bool swiglu, cudaStream_t 
                         std::to_string(QuantBlock<Q>::kAlign) + "-byte aligned")
                            .c_str());
     const bool shared = int64_t(p.n_tokens) * p.n_in <= kMaxSharedIn;
-    const LaunchShape shape = launch_shape(p.n_rows, swiglu);
+    const LaunchShape shape = launch_shape_for(p, swiglu);
     const size_t shared_bytes = shared ? size_t(p.n_tokens) * size_t(p.n_in) * sizeof(float) : 0;
     if (swiglu) {
         if (shared)

@@ -7,6 +7,8 @@
 #include <cstdint>
 
 #include "cuda_ops.h"
+#include "kv_cache_cuda.cuh"
+#include "rope_cuda.cuh"
 
 namespace kvlm::gemv_detail {
 
@@ -22,6 +24,21 @@ constexpr int32_t kMaxSharedIn = (48 * 1024 - 256) / 4;
 // threads per SM remain; 128-thread blocks when 256-thread ones would leave fewer than 2 blocks per SM.
 constexpr int64_t kSms = 132;
 constexpr int64_t kFillBlocks = 4 * kSms;
+
+// The decode step's Q/K/V GEMV (one token) can finish the way rope_kv_write.cu does: RoPE on the q and k rows
+// and the K and V rows stored into the pool, so the step needs no rope_kv_write launch. Its warps then take
+// rows in pairs, (i, i + head_dim / 2) of one head, and lane 0 rotates the pair with rope_cuda.cuh's
+// arithmetic and stores it with kv_write's: the same bits as the GEMV, then rope_kv_write. Only q is written
+// to its output (k's f32 row is not needed once it is in the pool); f32, f16 and bf16 pools (a q8_0 block
+// needs 32 rotated values, which no warp holds).
+struct GemvRopeKv {
+    void* kv;                    // the pool
+    KvLayout layout;
+    int32_t layer;
+    const int32_t* block_table;  // [>= position / block_size + 1]
+    const int32_t* position;     // [1]
+    const float* inv_freq;       // [head_dim / 2]
+};
 
 // One launch's work: the flattened row space [0, n_rows) is split over the outputs, output o owning rows
 // [row_end[o - 1], row_end[o]) (row_end[-1] = 0; unused entries INT32_MAX). For SwiGLU, weight[0] is the
@@ -41,7 +58,13 @@ struct GemvParams {
     int32_t n_in;
     bool accumulate;
     bool vec;  // 16-byte loads: n_in * sizeof(T) % 16 == 0 and weights (and x, norm_weight if read from global) aligned
+    bool rope_kv;  // outputs q, k, v of one token finished as GemvRopeKv says (kernels with R = 2, NT = 1)
+    GemvRopeKv rope;
 };
+
+// Kernels whose warps can take the rope pairs.
+template <int R, bool kSwiglu, int NT>
+constexpr bool kRopePairs = R == 2 && !kSwiglu && NT == 1;
 
 // 1 / rms(x) as rmsnorm_cpu computes it: 1 / sqrt(sum(x^2) / n + eps). Every thread of the block must call
 // it (it synchronizes); the reduction order depends only on blockDim, so every block gets the same value.
@@ -58,7 +81,7 @@ __device__ inline float block_rms_scale(const float* x, int32_t n, float eps, bo
     float sum = 0.0f;
     if (vec4) {
         for (int32_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
-            const float4 v = __ldg(reinterpret_cast<const float4*>(x) + i);
+            const float4 v = reinterpret_cast<const float4*>(x)[i];  // coherent: a prior kernel wrote x
             sum = fmaf(v.x, v.x, sum), sum = fmaf(v.y, v.y, sum), sum = fmaf(v.z, v.z, sum), sum = fmaf(v.w, v.w, sum);
         }
     } else {
@@ -84,7 +107,7 @@ __device__ __forceinline__ void stage_input(const GemvParams& p, float* x_shared
     for (int t = 0; t < NT; t++) {
         scale[t] = 1.0f;
         if (NT > 1 && t >= p.n_tokens) continue;  // uniform over the block
-        const float* __restrict__ x = p.x + int64_t(t) * p.n_in;
+        const float* x = p.x + int64_t(t) * p.n_in;  // coherent loads: a prior kernel wrote it
         float* xs = x_shared + int64_t(t) * p.n_in;
         const bool vec4 = float4_input(x, norm_weight, p.n_in);
         if (norm_weight) {
@@ -95,7 +118,7 @@ __device__ __forceinline__ void stage_input(const GemvParams& p, float* x_shared
             if (vec4) {
                 float4* xs4 = reinterpret_cast<float4*>(xs);
                 for (int32_t i = threadIdx.x; i < p.n_in / 4; i += blockDim.x) {
-                    float4 v = __ldg(reinterpret_cast<const float4*>(x) + i);
+                    float4 v = reinterpret_cast<const float4*>(x)[i];
                     if (norm_weight) {
                         const float s = scale[t];
                         const float4 g = __ldg(reinterpret_cast<const float4*>(norm_weight) + i);
@@ -119,19 +142,57 @@ __device__ __forceinline__ int locate(const GemvParams& p, int32_t row, int32_t*
     return o;
 }
 
-// Weight matrix and row within it of the warp's r-th row (clamped to the last row, so that warps past the
+// The flattened row of the warp's r-th row: first + r, or with rope pairs row i + r * head_dim / 2 of head g,
+// where first / 2 = g * head_dim / 2 + i (first = 2 * warp). Past n_rows when the warp has no rows.
+template <int R, bool kSwiglu, int NT>
+__device__ __forceinline__ int64_t warp_row(const GemvParams& p, int64_t first, int r) {
+    if constexpr (kRopePairs<R, kSwiglu, NT>) {
+        if (p.rope_kv) {
+            const int64_t half = p.rope.layout.head_dim / 2, pair = first / 2;
+            return pair / half * 2 * half + pair % half + r * half;
+        }
+    }
+    return first + r;
+}
+
+// Weight matrix and row within it of flattened row `row` (clamped to the last row, so that warps past the
 // end still load valid memory) for matrix m (SwiGLU: 0 gate, 1 up; else the row's own output).
 template <bool kSwiglu>
-__device__ __forceinline__ const void* row_matrix(const GemvParams& p, int64_t first, int r, int m, int32_t* local) {
+__device__ __forceinline__ const void* row_matrix(const GemvParams& p, int64_t wanted, int m, int32_t* local) {
     const int64_t last = int64_t(p.n_rows) - 1;
-    const int32_t row = int32_t(first + r < last ? first + r : last);
+    const int32_t row = int32_t(wanted < last ? wanted : last);
     const int o = locate(p, row, local);
     return kSwiglu ? p.weight[m] : o == 0 ? p.weight[0] : o == 1 ? p.weight[1] : p.weight[2];
 }
 
-// The epilogue: butterfly-sums each lane's partial dot products acc[t][NR] (rows first..first+R-1, then for
-// SwiGLU the up rows, of token t) and lets lane 0 write silu(gate) * up, or [out +] dot [+ bias]. Every lane of
-// the warp must call it (full-mask shuffles).
+// GemvRopeKv's end of a pair: v0 and v1 are the dot products of flattened rows row0 and row0 + head_dim / 2.
+__device__ __forceinline__ void finish_rope_pair(const GemvParams& p, int32_t row0, float v0, float v1) {
+    const GemvRopeKv& rk = p.rope;
+    int32_t local;
+    const int o = locate(p, row0, &local);  // 0 q, 1 k, 2 v
+    const int32_t head_dim = rk.layout.head_dim, half = head_dim / 2, i = local % head_dim, head = local / head_dim;
+    const float* bias = o == 0 ? p.bias[0] : o == 1 ? p.bias[1] : p.bias[2];
+    if (bias) v0 += bias[local], v1 += bias[local + half];
+    const int32_t pos = *rk.position;
+    const float2 r = o < 2 ? rope_rotate(v0, v1, pos, rk.inv_freq[i]) : make_float2(v0, v1);
+    if (o == 0) {
+        p.out[0][local] = r.x;
+        p.out[0][local + half] = r.y;
+        return;
+    }
+    const int64_t offset = pool_row(rk.layout, rk.layer, o - 1, rk.block_table, pos) + int64_t(head) * head_dim;
+    const auto store = [&](auto* kv) {
+        store_f32(kv + offset, i, r.x);
+        store_f32(kv + offset, i + half, r.y);
+    };
+    if (rk.layout.dtype == DType::f32) store(static_cast<float*>(rk.kv));
+    else if (rk.layout.dtype == DType::f16) store(static_cast<__half*>(rk.kv));
+    else store(static_cast<__nv_bfloat16*>(rk.kv));
+}
+
+// The epilogue: butterfly-sums each lane's partial dot products acc[t][NR] (rows warp_row(.., r), then for
+// SwiGLU the up rows, of token t) and lets lane 0 write silu(gate) * up, or [out +] dot [+ bias], or finish a
+// rope pair. Every lane of the warp must call it (full-mask shuffles).
 template <int R, bool kSwiglu, int NT, int NR>
 __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, float (&acc)[NT][NR], int lane) {
 #pragma unroll
@@ -140,6 +201,12 @@ __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, 
         for (int k = 0; k < NR; k++)
             for (int offset = 16; offset > 0; offset /= 2) acc[t][k] += __shfl_xor_sync(0xffffffffu, acc[t][k], offset);
     if (lane != 0) return;
+    if constexpr (kRopePairs<R, kSwiglu, NT>) {
+        if (p.rope_kv) {
+            if (first < p.n_rows) finish_rope_pair(p, int32_t(warp_row<R, kSwiglu, NT>(p, first, 0)), acc[0][0], acc[0][1]);
+            return;
+        }
+    }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (NT > 1 && t >= p.n_tokens) break;
@@ -176,6 +243,13 @@ inline LaunchShape launch_shape(int64_t n_rows, bool swiglu) {
     while (r < max_r && blocks(int64_t(2 * r) * kMaxWarps) >= kFillBlocks) r *= 2;
     const int threads = r > 1 || blocks(kMaxWarps) >= 2 * kSms ? kMaxWarps * 32 : kMaxWarps * 16;
     return {r, threads};
+}
+
+// GemvRopeKv's pairs: two rows per warp, and the block size of the plain launch (launch_shape(n_rows, false)),
+// whose rms reduction order - hence x_hat, hence every dot product - it must share.
+inline LaunchShape launch_shape_for(const GemvParams& p, bool swiglu) {
+    if (p.rope_kv) return {2, launch_shape(p.n_rows, false).threads};
+    return launch_shape(p.n_rows, swiglu);
 }
 
 inline unsigned launch_blocks(int64_t n_rows, const LaunchShape& shape) {

@@ -8,10 +8,21 @@
 
 #include <cstdint>
 
+#include "compute/cpu_ops.h"
 #include "dtype_cuda.cuh"
 #include "quant_cuda.cuh"
 
 namespace kvlm {
+
+// Element offset of position pos's K (kind 0) or V (kind 1) row of `layer` in the pool: kv_write_kernel's
+// arithmetic (KvLayout::row_byte_offset is host-only, and CUDA pools are unpadded).
+__device__ __forceinline__ int64_t pool_row(const KvLayout& layout, int32_t layer, int32_t kind,
+                                            const int32_t* block_table, int32_t pos) {
+    const int64_t row = int64_t(layout.n_kv_heads) * layout.head_dim;
+    const int64_t block_elements = int64_t(layout.n_layers) * 2 * layout.block_size * row;
+    return int64_t(block_table[pos / layout.block_size]) * block_elements +
+           ((int64_t(layer) * 2 + kind) * layout.block_size + pos % layout.block_size) * row;
+}
 
 // The element type of a q8_0 cache, for templates over the cache type: a byte of a block record.
 struct KvQ8 {

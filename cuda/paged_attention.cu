@@ -34,6 +34,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "kv_cache_cuda.cuh"
+#include "programmatic_launch.cuh"
 
 namespace kvlm {
 
@@ -109,7 +110,7 @@ struct RowFrag {
         for (int i = 0; i < N; i++) {
             const int u = first + i * stride;
             if constexpr (Vec)
-                raw[i] = u < units ? load_streaming16(reinterpret_cast<const uint4*>(kv + row) + u) : make_uint4(0, 0, 0, 0);
+                raw[i] = u < units ? load_kv16(reinterpret_cast<const uint4*>(kv + row) + u) : make_uint4(0, 0, 0, 0);
             else
                 raw[i] = u < units ? load_kv(kv, row + u) : 0.0f;
         }
@@ -158,6 +159,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     using VFrag = RowFrag<T, Vec, Vec ? 1 : 2>;
     static_assert(KFrag::kElements == kLaneSlots, "score fragments hold kLaneSlots elements");
 
+    wait_for_prior_kernel();  // q, the pool, positions and the table all come from before
+    allow_next_kernel();
     const int32_t split = blockIdx.x, t = blockIdx.z, n_splits = gridDim.x;
     const int32_t kv_head = blockIdx.y / geo.head_chunks, chunk = blockIdx.y % geo.head_chunks;
     const int32_t head0 = kv_head * geo.group + chunk * geo.heads_per_block;  // first query head of the block
@@ -387,6 +390,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 __global__ void attention_combine_kernel(float* out,             // [n, n_heads, head_dim]
                                          const float* partials,  // [n, n_heads, n_splits, kPartialStride]
                                          int32_t n_heads, int32_t head_dim, int32_t n_splits) {
+    wait_for_prior_kernel();
+    allow_next_kernel();
     const int32_t h = blockIdx.x, t = blockIdx.y;
     const float* base = partials + (int64_t(t) * n_heads + h) * n_splits * kPartialStride;
     float max_all = -INFINITY;
@@ -425,15 +430,15 @@ void launch_attention_kernel(const dim3& grid, bool vec, const AttnGeometry& geo
                              int32_t keys_per_split, float scale, const int32_t* row_tables, cudaStream_t stream) {
     if constexpr (!kIsQ8Kv<T>) {
         if (vec) {
-            paged_attention_kernel<T, true, MaxHeads><<<grid, kAttnThreads, 0, stream>>>(
-                out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale,
-                row_tables);
+            launch_kernel("paged_attention_kernel", paged_attention_kernel<T, true, MaxHeads>, grid, kAttnThreads, 0,
+                          stream, out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo,
+                          keys_per_split, scale, row_tables);
             return;
         }
     }
-    paged_attention_kernel<T, false, MaxHeads><<<grid, kAttnThreads, 0, stream>>>(
-        out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale,
-                row_tables);
+    launch_kernel("paged_attention_kernel", paged_attention_kernel<T, false, MaxHeads>, grid, kAttnThreads, 0, stream,
+                  out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale,
+                  row_tables);
 }
 
 template <typename T>
@@ -473,12 +478,9 @@ void launch_attention(float* out, const float* q, const void* kv, const KvLayout
                         launch_attention_kernel<T>(out, scratch.partials, q, static_cast<const T*>(kv), layout,
                                                    layer, block_table, positions, n, n_heads, n_splits,
                                                    keys_per_split, n_sms, scale, row_tables, stream));
-    CUDA_CHECK_LAUNCH();
-    if (n_splits > 1) {
-        attention_combine_kernel<<<dim3(unsigned(n_heads), unsigned(n)), 128, 0, stream>>>(
-            out, scratch.partials, n_heads, layout.head_dim, n_splits);
-        CUDA_CHECK_LAUNCH();
-    }
+    if (n_splits > 1)
+        launch_kernel("attention_combine_kernel", attention_combine_kernel, dim3(unsigned(n_heads), unsigned(n)), 128, 0,
+                      stream, out, static_cast<const float*>(scratch.partials), n_heads, layout.head_dim, n_splits);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "dtype_cuda.cuh"
+#include "programmatic_launch.cuh"
 
 namespace kvlm {
 
@@ -14,6 +15,8 @@ __global__ void rmsnorm_kernel(T* out,               // [n, dim]
                                const float* x,       // [n, dim]
                                const float* weight,  // [dim]
                                int32_t dim, float eps) {
+    wait_for_prior_kernel();
+    allow_next_kernel();
     const float* xt = x + int64_t(blockIdx.x) * dim;
     T* ot = out + int64_t(blockIdx.x) * dim;
     float sum = 0.0f;
@@ -32,16 +35,15 @@ __global__ void rmsnorm_kernel(T* out,               // [n, dim]
 void launch_rmsnorm(float* out, const float* x, const float* weight, int32_t n, int32_t dim, float eps,
                     cudaStream_t stream) {
     if (n <= 0) return;
-    rmsnorm_kernel<float><<<n, kRmsnormThreads, 0, stream>>>(out, x, weight, dim, eps);
-    CUDA_CHECK_LAUNCH();
+    launch_kernel("rmsnorm_kernel", rmsnorm_kernel<float>, n, kRmsnormThreads, 0, stream, out, x, weight, dim, eps);
 }
 
 void launch_rmsnorm_to(void* out, const float* x, const float* weight, int32_t n, int32_t dim, float eps,
                        DType out_dtype, cudaStream_t stream) {
     if (n <= 0) return;
     KVLM_DISPATCH_DTYPE(out_dtype, T,
-                        rmsnorm_kernel<T><<<n, kRmsnormThreads, 0, stream>>>(static_cast<T*>(out), x, weight, dim, eps));
-    CUDA_CHECK_LAUNCH();
+                        launch_kernel("rmsnorm_kernel", rmsnorm_kernel<T>, n, kRmsnormThreads, 0, stream,
+                                      static_cast<T*>(out), x, weight, dim, eps));
 }
 
 }  // namespace kvlm

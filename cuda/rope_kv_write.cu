@@ -2,29 +2,20 @@
 // products and attention). One thread block per (token, head row): q heads, then k heads, then v heads. A
 // thread rotates one (i, i + half) pair of a q or k row and writes the result back in place and, for k,
 // straight from its registers into the pool, so no thread reads a value another thread writes and the
-// kernel needs no barrier. Arithmetic is rope_kernel's (rope.cu) and the stores are kv_write_kernel's
+// kernel needs no barrier. The rotation is rope_cuda.cuh's (rope.cu's) and the stores are kv_write_kernel's
 // (kv_write.cu), so the results equal launch_rope(q), launch_rope(k), launch_kv_write bit for bit. A q8_0
 // cache is the exception: a block's scale needs its 32 rotated values, so a k head's threads meet at one
 // barrier (the condition is uniform over the thread block) and then quantize one block each.
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "kv_cache_cuda.cuh"
+#include "programmatic_launch.cuh"
+#include "rope_cuda.cuh"
 
 namespace kvlm {
 
 namespace {
 constexpr int kRopeKvThreads = 64;  // half of head_dim 128: one pair per thread in the common case
-
-// Element offset of position pos's K (kind 0) or V (kind 1) row of `layer` in the pool: kv_write_kernel's
-// arithmetic (KvLayout::row_byte_offset is host-only, and CUDA pools are unpadded).
-__device__ __forceinline__ int64_t pool_row(const KvLayout& layout, int32_t layer, int32_t kind,
-                                            const int32_t* block_table, int32_t pos) {
-    const int64_t row = int64_t(layout.n_kv_heads) * layout.head_dim;
-    const int64_t block_elements = int64_t(layout.n_layers) * 2 * layout.block_size * row;
-    return int64_t(block_table[pos / layout.block_size]) * block_elements +
-           ((int64_t(layer) * 2 + kind) * layout.block_size + pos % layout.block_size) * row;
-}
-
 }  // namespace
 
 template <typename T>
@@ -39,6 +30,8 @@ __global__ void __launch_bounds__(kRopeKvThreads)
                          const float* inv_freq,       // [head_dim / 2]
                          int32_t n_heads,
                          const int32_t* row_tables) {  // [n] offsets into block_table, or null
+    wait_for_prior_kernel();  // q, k, v, positions and the table come from before
+    allow_next_kernel();
     // blockIdx.y: [0, n_heads) q head; [n_heads, n_heads + n_kv_heads) k head; above that v head.
     const int32_t t = blockIdx.x, y = blockIdx.y, n_kv_heads = layout.n_kv_heads;
     const int32_t head_dim = layout.head_dim, half = head_dim / 2;
@@ -61,16 +54,9 @@ __global__ void __launch_bounds__(kRopeKvThreads)
     float* xh = is_k ? k + (int64_t(t) * n_kv_heads + head) * head_dim : q + (int64_t(t) * n_heads + head) * head_dim;
     // K row of this head in the pool (only used when is_k).
     const int64_t offset = is_k ? pool_row(layout, layer, 0, block_table, pos) + int64_t(head) * head_dim : 0;
-    // Exactly rope_kernel's expressions, in its order, so the compiler forms the same products and fmas.
-    const float pos_f = float(pos);
     for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
-        float angle = pos_f * inv_freq[i];
-        double s, c;
-        sincos(double(angle), &s, &c);
-        float sin_a = float(s), cos_a = float(c);
-        float x0 = xh[i], x1 = xh[i + half];
-        float r0 = x0 * cos_a - x1 * sin_a;
-        float r1 = x0 * sin_a + x1 * cos_a;
+        const float2 r = rope_rotate(xh[i], xh[i + half], pos, inv_freq[i]);
+        const float r0 = r.x, r1 = r.y;
         xh[i] = r0;
         xh[i + half] = r1;
         if constexpr (!kIsQ8Kv<T>) {
@@ -98,10 +84,9 @@ void launch_rope_kv_write(float* q, float* k, const float* v, void* kv, const Kv
         cuda_throw("launch_rope_kv_write: n_heads + 2 * n_kv_heads outside 3..65535");
     const dim3 grid(unsigned(n), unsigned(n_heads + 2 * layout.n_kv_heads));
     KVLM_DISPATCH_KV_DTYPE(layout.dtype, T,
-                        rope_kv_write_kernel<T><<<grid, kRopeKvThreads, 0, stream>>>(
-                            q, k, v, static_cast<T*>(kv), layout, layer, block_table, positions, inv_freq,
-                            n_heads, row_tables));
-    CUDA_CHECK_LAUNCH();
+                        launch_kernel("rope_kv_write_kernel", rope_kv_write_kernel<T>, grid, kRopeKvThreads, 0,
+                                      stream, q, k, v, static_cast<T*>(kv), layout, layer, block_table, positions,
+                                      inv_freq, n_heads, row_tables));
 }
 
 }  // namespace kvlm

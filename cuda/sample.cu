@@ -14,6 +14,7 @@
 // kSampleMaxCandidates of them, and the kernel restores the penalized logits and reports kSampleNeedsHost.
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "programmatic_launch.cuh"
 
 namespace kvlm {
 namespace {
@@ -75,6 +76,8 @@ __device__ int32_t block_exclusive_scan(int32_t v, int32_t* warp_totals, int32_t
 __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t n_vocab, const SampleInputs* in,
                                                           SampleResult* result, int32_t* step_token) {
     __shared__ SampleShared s;
+    wait_for_prior_kernel();  // the logits (and the inputs, uploaded before the step)
+    allow_next_kernel();
     const int t = threadIdx.x, lane = t % 32, warp = t / 32;
     const int32_t input_token = *step_token;  // read by every thread before thread 0 overwrites it (after a barrier)
 
@@ -310,8 +313,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
 void launch_sample(float* logits, int32_t n_vocab, const SampleInputs* inputs, SampleResult* result,
                    int32_t* step_token, cudaStream_t stream) {
     if (n_vocab <= 0) cuda_throw("launch_sample: n_vocab must be positive");
-    sample_kernel<<<1, kThreads, 0, stream>>>(logits, n_vocab, inputs, result, step_token);
-    CUDA_CHECK_LAUNCH();
+    launch_kernel("sample_kernel", sample_kernel, 1, kThreads, 0, stream, logits, n_vocab, inputs, result, step_token);
 }
 
 }  // namespace kvlm

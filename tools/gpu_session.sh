@@ -86,7 +86,7 @@ run_cases() {
 
 stage_smoke() {
     header smoke
-    local stories args cpu_out gpu_out eager_out rc kernels loading=""
+    local stories args cpu_out gpu_out eager_out pdl_out rc kernels loading=""
     if command -v nvidia-smi >/dev/null; then nvidia-smi >"$OUT/smoke-nvidia-smi.txt" 2>&1 || fail "nvidia-smi"
     else echo "nvidia-smi: not found"; fi
     [ -n "$CUBLAS_DIR" ] || [ -n "${KVLM_CUDA_EMU:-}" ] || fail "libcublas.so.13 not found"
@@ -104,11 +104,16 @@ stage_smoke() {
     grep -E "kvlm: (device|load)" "$OUT/smoke-cuda.err"
     eager_out=$(KVLM_CUDA_GRAPHS=0 timeout 60 "$KVLM" "${args[@]}" --device cuda 2>"$OUT/smoke-eager.err") ||
         fail "stories260K on CUDA with graphs off"
+    # Programmatic launches off (docs/CUDA.md): if only the runs with them differ from the CPU, a kernel reads
+    # before its wait; KVLM_CUDA_PDL=0 is the way out until it is found.
+    pdl_out=$(KVLM_CUDA_PDL=0 timeout 60 "$KVLM" "${args[@]}" --device cuda 2>"$OUT/smoke-nopdl.err") ||
+        fail "stories260K on CUDA with KVLM_CUDA_PDL=0"
+    [ "$pdl_out" = "$cpu_out" ] || fail "stories260K: KVLM_CUDA_PDL=0 text differs from the CPU's"
     [ "$gpu_out" = "$cpu_out" ] || fail "stories260K: CUDA text differs from the CPU's"
     [ "$eager_out" = "$gpu_out" ] || fail "stories260K: graphs off differ from graphs on"
     kernels=$(run_cases "$OUT/smoke-kernels.log" 240 "$KERNEL_CASES") ||
         fail "kernel cases: $kernels"
-    verdict smoke "stories260K 64 tokens CUDA == CPU == graphs off$loading; kernel cases: $kernels"
+    verdict smoke "stories260K 64 tokens CUDA == CPU == graphs off == KVLM_CUDA_PDL=0$loading; kernel cases: $kernels"
 }
 
 # sanitize TOOL TIMEOUT FILTER [LABEL]: compute-sanitizer over some cases; its summary line.
@@ -155,6 +160,9 @@ bench_model() {
     echo && echo "### $name: kvlm bench $plan --kv-dtype bf16" && echo
     timeout 150 "$KVLM" bench -m "$m" --device cuda $plan --kv-dtype bf16 2>&1 | tee "$OUT/bench-$name.md" ||
         fail "$name bench"
+    echo && echo "### $name, programmatic launches off (KVLM_CUDA_PDL=0, the A/B): -p 0 -n 128 -r 3 --no-scenarios" && echo
+    KVLM_CUDA_PDL=0 timeout 60 "$KVLM" bench -m "$m" --device cuda -p 0 -n 128 -r 3 --kv-dtype bf16 --no-scenarios 2>&1 |
+        tee "$OUT/bench-$name-nopdl.md" || fail "$name bench KVLM_CUDA_PDL=0"
     echo && echo "### $name, q8_0 KV: -p 512 -n 128 -r 3 --no-scenarios" && echo
     timeout 60 "$KVLM" bench -m "$m" --device cuda -p 512 -n 128 -r 3 --kv-dtype q8_0 --no-scenarios 2>&1 |
         tee -a "$OUT/bench-$name.md" || fail "$name bench q8_0"
@@ -209,7 +217,7 @@ stage_bench() {
     [ -n "$smol" ] && bench_model smollm2-135m "$smol"
     [ -n "$l1b" ] && bench_model llama-3.2-1b "$l1b"
     [ -n "$smol" ] && bench_batched smollm2-135m "$smol"
-    verdict bench "tg128 t/s: SmolLM2-135M $(tg_rate <"$OUT/bench-smollm2-135m.md" 2>/dev/null), Llama-3.2-1B $(tg_rate <"$OUT/bench-llama-3.2-1b.md" 2>/dev/null) (bf16 weights and KV)"
+    verdict bench "tg128 t/s: SmolLM2-135M $(tg_rate <"$OUT/bench-smollm2-135m.md" 2>/dev/null) (KVLM_CUDA_PDL=0: $(tg_rate <"$OUT/bench-smollm2-135m-nopdl.md" 2>/dev/null)), Llama-3.2-1B $(tg_rate <"$OUT/bench-llama-3.2-1b.md" 2>/dev/null) (KVLM_CUDA_PDL=0: $(tg_rate <"$OUT/bench-llama-3.2-1b-nopdl.md" 2>/dev/null)) (bf16 weights and KV)"
 }
 
 stage_bench8b() {
@@ -220,10 +228,13 @@ stage_bench8b() {
         echo "### llama-3-8b: kvlm bench -p 512,2048 -n 128 -r 3 --kv-dtype bf16 --no-scenarios"
         timeout 150 "$KVLM" bench -m "$l8b" --device cuda -p 512,2048 -n 128 -r 3 --kv-dtype bf16 --no-scenarios 2>&1 |
             tee "$OUT/bench-llama-3-8b.md" || fail "8B bench"
+        echo "### llama-3-8b: KVLM_CUDA_PDL=0 -p 0 -n 128 -r 3 (programmatic launches off, the A/B)"
+        KVLM_CUDA_PDL=0 timeout 60 "$KVLM" bench -m "$l8b" --device cuda -p 0 -n 128 -r 3 --kv-dtype bf16 --no-scenarios \
+            2>&1 | tee "$OUT/bench-llama-3-8b-nopdl.md" || fail "8B bench KVLM_CUDA_PDL=0"
         KVLM_CUDA_PROFILE=1 timeout 60 "$KVLM" bench -m "$l8b" --device cuda -p 0 -n 32 -r 1 --kv-dtype bf16 --no-scenarios \
             2>&1 >/dev/null | grep -E '^(\||kvlm: decode profile)' | tee "$OUT/profile-llama-3-8b.md" || fail "8B profile"
     }
-    verdict bench8b "tg128 t/s: Llama-3-8B $(tg_rate <"$OUT/bench-llama-3-8b.md" 2>/dev/null)"
+    verdict bench8b "tg128 t/s: Llama-3-8B $(tg_rate <"$OUT/bench-llama-3-8b.md" 2>/dev/null) (KVLM_CUDA_PDL=0: $(tg_rate <"$OUT/bench-llama-3-8b-nopdl.md" 2>/dev/null))"
 }
 
 # The lent machine's 16 cores: CPU decode and prefill from 1 to all of its threads (issue 16 asks for scaling

@@ -28,6 +28,8 @@ struct BackendOptions {
     bool cuda_profile = false;    // CUDA: time each stage of the decode steps, graphs off (KVLM_CUDA_PROFILE=1)
     bool cuda_transfer_stats = false;  // CUDA: device-to-host bytes per decode step on stderr (KVLM_CUDA_TRANSFERS=1)
     bool cuda_steps_ahead = true;  // CUDA: queue each decode step behind the one before (KVLM_CUDA_STEPS_AHEAD=0: not)
+    // CUDA: let each kernel start while the one before it finishes (Hopper+; KVLM_CUDA_PDL=0 turns off)
+    bool cuda_programmatic_launches = true;
     // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
     // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
     double kv_mem_fraction = 0;

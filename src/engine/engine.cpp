@@ -138,6 +138,9 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     // A debugging switch: each decode step waits for the one before it (the host's round trip back, for A/B).
     if (const char* ahead = std::getenv("KVLM_CUDA_STEPS_AHEAD"); ahead && std::strcmp(ahead, "0") == 0)
         backend_options.cuda_steps_ahead = false;
+    // A debugging switch: kernels launched without programmatic dependent launch (docs/CUDA.md), for A/B.
+    if (const char* pdl = std::getenv("KVLM_CUDA_PDL"); pdl && std::strcmp(pdl, "0") == 0)
+        backend_options.cuda_programmatic_launches = false;
     // Device-to-host bytes per decode step on stderr when the backend closes (a debugging counter).
     if (const char* transfers = std::getenv("KVLM_CUDA_TRANSFERS"); transfers && std::strcmp(transfers, "0") != 0)
         backend_options.cuda_transfer_stats = true;

@@ -73,7 +73,7 @@ int count(const std::string& err, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, graphs on and off") {
+TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, graphs and programmatic launches on and off") {
     if (!have_cuda()) return;
     if (!have_data(stories("stories260K.gguf")) || !have_data(stories("expected_t0_n200.txt"))) return;
     const std::string expected = read_file(stories("expected_t0_n200.txt"));
@@ -94,6 +94,14 @@ TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, 
     CHECK(eager.err.find("CUDA graphs off") != std::string::npos);
     CHECK(eager.out == r.out);
 
+    // Programmatic dependent launches (the emulated device is sm_90): on by default, KVLM_CUDA_PDL=0 turns
+    // them off, the same text either way.
+    CHECK(r.err.find(", programmatic launches") != std::string::npos);
+    CliResult plain = run_shell("KVLM_CUDA_PDL=0 " + kvlm_command(cuda_args));
+    REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
+    CHECK(plain.err.find("programmatic launches") == std::string::npos);
+    CHECK(plain.out == r.out);
+
     // KVLM_CUDA_PROFILE: the same text, and a table of the decode stages on stderr.
     CliResult profiled = run_shell("KVLM_CUDA_PROFILE=1 " + kvlm_command(cuda_args));
     REQUIRE_MESSAGE(profiled.exit_code == 0, profiled.err);
@@ -102,8 +110,9 @@ TEST_CASE("cuda cli: stories260K greedy text on the GPU equals the golden text, 
     std::smatch steps;
     REQUIRE_MESSAGE(std::regex_search(profiled.err, steps, std::regex("decode profile over (\\d+) steps")), profiled.err);
     CHECK(std::stoi(steps[1].str()) >= 199);  // 200 tokens: one from the prompt's logits, the rest decoded
-    // stories260K has 5 layers: 5 launches per step of each per-layer stage.
-    for (const char* stage : {"| gemv q/k/v (rmsnorm inside) | 5 |", "| attention | 5 |", "| head gemv | 1 |", "| total | "})
+    // stories260K has 5 layers: 5 launches per step of each per-layer stage (its f32 pool: RoPE and the pool
+    // write in the Q/K/V GEMV).
+    for (const char* stage : {"| gemv q/k/v + rope + kv write | 5 |", "| attention | 5 |", "| head gemv | 1 |", "| total | "})
         CHECK_MESSAGE(profiled.err.find(stage) != std::string::npos, stage, "\n", profiled.err);
 
     std::vector<std::string> auto_args = args;

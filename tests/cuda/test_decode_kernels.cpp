@@ -349,4 +349,69 @@ TEST_CASE("cuda kernels: fused rope + kv_write == rope_cpu + kv_write_cpu and la
     }
 }
 
+TEST_CASE("cuda kernels: decode-step Q/K/V gemv with RoPE and the pool write in its epilogue == gemv + rope_kv_write") {
+    if (!have_cuda_device()) return;
+    // The decode step's fused launch must give the bits of the two launches it replaces (the batched decode
+    // rows and prefill still use those): q and the whole pool compared byte for byte, over every weight type,
+    // f32/f16/bf16 pools, GQA groupings, biases, norm, and positions in the first, a middle and a far block.
+    struct Shape { int32_t n_heads, n_kv_heads, head_dim, n_in; };
+    const Shape kShapes[] = {{9, 3, 64, 576}, {4, 4, 128, 256}, {8, 2, 32, 96}};
+    const DType kWeightTypes[] = {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1};
+    const DType kPoolTypes[] = {DType::f32, DType::f16, DType::bf16};
+    uint64_t seed = 900;
+    for (int wi = 0; wi < 6; wi++) {
+        const DType weight_dtype = kWeightTypes[wi];
+        for (int ki = 0; ki < 3; ki++) {
+            const DType kv_dtype = kPoolTypes[ki];
+            for (int si = 0; si < 3; si++) {
+                const Shape& shape = kShapes[si];
+                if (cuda_emulated() && si != (wi + ki) % 3) continue;  // emulated: one shape per pair of types
+                KvLayout layout;
+                layout.n_layers = 2, layout.block_size = 16, layout.n_kv_heads = shape.n_kv_heads;
+                layout.head_dim = shape.head_dim, layout.dtype = kv_dtype;
+                const int32_t layer = 1, n_blocks = 6;
+                const std::vector<int32_t> table = {4, 0, 5, 2, 1, 3};  // positions 0..95, shuffled blocks
+                std::vector<float> inv_freq(size_t(shape.head_dim / 2));
+                rope_inv_freq(inv_freq.data(), shape.head_dim, 10000.0f, RopeScaling{});
+                const int32_t rows[3] = {shape.n_heads * shape.head_dim, int32_t(layout.row_elements()),
+                                         int32_t(layout.row_elements())};
+                std::vector<std::vector<uint8_t>> weights;
+                std::vector<std::vector<float>> biases;
+                for (int i = 0; i < 3; i++) {
+                    const float a = 1.0f / std::sqrt(float(shape.n_in));
+                    weights.push_back(random_typed(size_t(rows[i]) * size_t(shape.n_in), weight_dtype, -a, a, seed++));
+                    biases.push_back(random_floats(size_t(rows[i]), -0.5f, 0.5f, seed++));
+                }
+                const auto x = random_floats(size_t(shape.n_in), -2, 2, seed++);
+                const auto norm = random_floats(size_t(shape.n_in), 0.5f, 1.5f, seed++);
+                const auto pool = random_typed(size_t(n_blocks) * size_t(layout.block_elements()), kv_dtype, -1, 1,
+                                               seed++);
+                for (int32_t position : {0, 37, 95}) {
+                    for (bool with_bias : {false, true}) {
+                        const void* w[3] = {weights[0].data(), weights[1].data(), weights[2].data()};
+                        const float* b[3] = {nullptr, nullptr, nullptr};
+                        if (with_bias) b[0] = biases[0].data(), b[1] = biases[1].data(), b[2] = biases[2].data();
+                        std::vector<float> q_fused(static_cast<size_t>(rows[0])), q_plain(static_cast<size_t>(rows[0]));
+                        std::vector<uint8_t> kv_fused(pool.size()), kv_plain(pool.size());
+                        cuda_test::gemv_rope_kv(q_fused.data(), kv_fused.data(), q_plain.data(), kv_plain.data(), w,
+                                                weight_dtype, b, x.data(), shape.n_in, norm.data(), 1e-5f, pool.data(),
+                                                n_blocks, layout, layer, table.data(), int32_t(table.size()), position,
+                                                inv_freq.data(), shape.n_heads);
+                        std::ostringstream what;
+                        what << "gemv_rope_kv " << dtype_name(weight_dtype) << " weights, " << dtype_name(kv_dtype)
+                             << " pool, heads " << shape.n_heads << "/" << shape.n_kv_heads << " x " << shape.head_dim
+                             << ", position " << position << (with_bias ? ", bias" : "");
+                        check_same(q_fused.data(), q_plain.data(), q_fused.size(), what.str() + " q");
+                        size_t first_diff = 0;
+                        while (first_diff < pool.size() && kv_fused[first_diff] == kv_plain[first_diff]) first_diff++;
+                        INFO(what.str() << ": first differing pool byte " << first_diff << " of " << pool.size());
+                        CHECK(first_diff == pool.size());
+                        CHECK(kv_plain != pool);  // the step's K and V rows were written
+                    }
+                }
+            }
+        }
+    }
+}
+
 #endif  // KVLM_CUDA

@@ -27,6 +27,10 @@ cudaError_t submit(cudaStream_t stream, Operation op);
 // "device allocation of N bytes at P (+offset)", "pinned host buffer ...", or "" for other addresses: for
 // the fault handler's message.
 std::string describe_address(const void* p);
+// A programmatic launch's block before its dependency wait: device allocations unmapped, those declared
+// immutable read-only; open_device_memory maps them all read-write again (as during any stream work).
+void close_device_memory_before_dependency();
+void open_device_memory();
 // Dies unless [p, p + bytes) lies inside one device allocation (what: the API call and operand).
 void check_device_range(const void* p, size_t bytes, const char* what);
 

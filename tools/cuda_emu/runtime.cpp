@@ -75,6 +75,7 @@ struct Allocation {
     size_t mapping_bytes = 0;
     char* data_pages = nullptr;
     size_t data_bytes = 0;
+    bool immutable = false;  // declare_immutable: readable before a programmatic launch's dependency wait
 };
 
 constexpr size_t kGuardBytes = 64 * 1024;  // PROT_NONE after each device allocation (and one page before)
@@ -266,6 +267,20 @@ std::string describe_address(const void* p) {
         std::snprintf(buf, sizeof buf, "byte %td of a %s of %zu bytes at %p", c - a->base, kind, a->bytes,
                       static_cast<void*>(a->base));
     return buf;
+}
+
+void close_device_memory_before_dependency() {
+    for (auto& entry : rt().allocations) {
+        const Allocation& a = entry.second;
+        if (a.kind == Memory::device) mprotect(a.data_pages, a.data_bytes, a.immutable ? PROT_READ : PROT_NONE);
+    }
+}
+void open_device_memory() { protect_device_memory(PROT_READ | PROT_WRITE); }
+
+void declare_immutable(const void* p) {
+    const Allocation* a = find_allocation(p);
+    if (!a || a->kind != Memory::device) die("declare_immutable(%p): not device memory", p);
+    rt().allocations[a->base].immutable = true;
 }
 
 void check_device_range(const void* p, size_t bytes, const char* what) {

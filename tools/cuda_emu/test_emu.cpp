@@ -333,3 +333,83 @@ TEST_CASE("cuda kernels: emulator faults host reads of device memory, kernels pa
         },
         "is device memory and the source");
 }
+
+namespace {
+
+// out[i] = weights[i] * x[i], the weight read before the dependency wait (as the decode GEMVs prefetch) and x
+// after it, or before it when early (the mistake the emulator must catch); the output written after it.
+__global__ void scale_after_wait_kernel(const float* weights, const float* x, float* out, bool early) {
+    const float w = weights[threadIdx.x];
+    const float early_x = early ? x[threadIdx.x] : 0.0f;
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+    out[threadIdx.x] = w * (early ? early_x : x[threadIdx.x]);
+}
+
+__global__ void write_before_wait_kernel(float* out) {
+    out[threadIdx.x] = 1.0f;
+    cudaGridDependencySynchronize();
+}
+
+// A programmatic launch of scale_after_wait_kernel over 32 threads on the legacy stream.
+void launch_scale(const float* weights, const float* x, float* out, bool early) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    const cudaLaunchConfig_t config = {dim3(1), dim3(32), 0, nullptr, &attribute, 1};
+    ::kvlm_emu::name_next_launch("scale_after_wait_kernel");
+    REQUIRE(cudaLaunchKernelEx(&config, scale_after_wait_kernel, weights, x, out, early) == cudaSuccess);
+}
+
+}  // namespace
+
+TEST_CASE("cuda kernels: emulator programmatic launches: only immutable memory before the dependency wait") {
+    std::vector<float> w(32), x(32);
+    for (int i = 0; i < 32; i++) w[size_t(i)] = float(i), x[size_t(i)] = 0.5f;
+    DeviceBuffer<float> dw(w), dx(x), dout(32);
+    ::kvlm_emu::declare_immutable(dw.ptr);
+    launch_scale(dw.ptr, dx.ptr, dout.ptr, false);
+    std::vector<float> out = dout.read();
+    for (int i = 0; i < 32; i++) CHECK(out[size_t(i)] == float(i) * 0.5f);
+
+    // The same kernel launched plainly: the wait returns at once, reads before it are fine.
+    const cudaLaunchConfig_t plain = {dim3(1), dim3(32), 0, nullptr, nullptr, 0};
+    REQUIRE(cudaLaunchKernelEx(&plain, scale_after_wait_kernel, dw.ptr, dx.ptr, dout.ptr, true) == cudaSuccess);
+    out = dout.read();
+    for (int i = 0; i < 32; i++) CHECK(out[size_t(i)] == float(i) * 0.5f);
+
+    cudaFuncAttributes attributes{};
+    REQUIRE(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&scale_after_wait_kernel)) == cudaSuccess);
+    CHECK(attributes.ptxVersion == 90);
+
+    expect_abort(
+        [] {  // an activation read before the wait
+            float *w = nullptr, *x = nullptr, *out = nullptr;
+            cudaMalloc(&w, 32 * sizeof(float)), cudaMalloc(&x, 32 * sizeof(float)), cudaMalloc(&out, 32 * sizeof(float));
+            ::kvlm_emu::declare_immutable(w);
+            launch_scale(w, x, out, true);
+            cudaDeviceSynchronize();
+        },
+        "before cudaGridDependencySynchronize in a programmatic launch");
+    expect_abort(
+        [] {  // weights not declared immutable are no exception
+            float *w = nullptr, *x = nullptr, *out = nullptr;
+            cudaMalloc(&w, 32 * sizeof(float)), cudaMalloc(&x, 32 * sizeof(float)), cudaMalloc(&out, 32 * sizeof(float));
+            launch_scale(w, x, out, false);
+            cudaDeviceSynchronize();
+        },
+        "in kernel scale_after_wait_kernel");
+    expect_abort(
+        [] {  // a write before the wait, even to memory declared immutable
+            float* out = nullptr;
+            cudaMalloc(&out, 32 * sizeof(float));
+            ::kvlm_emu::declare_immutable(out);
+            cudaLaunchAttribute attribute{};
+            attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attribute.val.programmaticStreamSerializationAllowed = 1;
+            const cudaLaunchConfig_t config = {dim3(1), dim3(32), 0, nullptr, &attribute, 1};
+            cudaLaunchKernelEx(&config, write_before_wait_kernel, out);
+            cudaDeviceSynchronize();
+        },
+        "before cudaGridDependencySynchronize");
+}

@@ -122,11 +122,16 @@ bool register_static_shared_once(void* p, size_t bytes);
 void check_smem_range(const void* first, const void* last, const char* what);
 bool emulated_launch_error(cudaError_t e);  // sets the sticky launch error
 
-// A launch: kernel(args...) for every thread of every block.
+// A launch: kernel(args...) for every thread of every block. programmatic (cudaLaunchKernelEx with
+// cudaLaunchAttributeProgrammaticStreamSerialization): in the first two blocks the grid runs, until the
+// block's threads have all called cudaGridDependencySynchronize (or exited), every device allocation not
+// declared immutable is unmapped and the immutable ones are read-only, so a kernel that touches what the
+// prior kernel may still be writing faults; on a GPU it would race.
 struct LaunchConfig {
     dim3 grid, block;
     size_t smem = 0;
     cudaStream_t stream = nullptr;
+    bool programmatic = false;
 };
 inline LaunchConfig config(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = nullptr) {
     return {grid, block, smem, stream};
@@ -182,10 +187,57 @@ T from_bits(uint64_t bits) {
     return v;
 }
 
+// The kernel name the next launch through cudaLaunchKernelEx gets in messages (kvlm's launch_kernel sets it).
+void name_next_launch(const char* name);
+// Marks the device allocation containing p as never written by kernels (weights, tables): readable before
+// cudaGridDependencySynchronize in a programmatic launch. Dies unless p is device memory.
+void declare_immutable(const void* p);
+void grid_dependency_wait();  // cudaGridDependencySynchronize: a point every thread of the block meets
+const char* take_launch_name();  // the name set by name_next_launch (then cleared), or a generic one
+
 // Inline PTX the kernels use outside __CUDA_ARCH__-only code, rewritten to these calls by prep.py.
 void ptx_ld_global_nc_v4_u32(unsigned& a, unsigned& b, unsigned& c, unsigned& d, const void* p);
 
 }  // namespace kvlm_emu
+
+// ---- Programmatic dependent launch: cudaLaunchKernelEx with its one attribute kvlm uses, the device-side
+// wait and trigger, and the kernel attributes launch_kernel asks for (an sm_90 binary from PTX 9.0). Above
+// the threadIdx/blockDim/gridDim macros, which would rewrite the members' names; code below them
+// initialises a cudaLaunchConfig_t by position.
+enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 5 };
+union cudaLaunchAttributeValue {
+    int programmaticStreamSerializationAllowed;
+};
+struct cudaLaunchAttribute {
+    cudaLaunchAttributeID id;
+    cudaLaunchAttributeValue val;
+};
+struct cudaLaunchConfig_t {
+    dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    cudaStream_t stream;
+    cudaLaunchAttribute* attrs;
+    unsigned numAttrs;
+};
+cudaError_t cudaPeekAtLastError();
+template <typename... Params, typename... Args>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(Params...), Args&&... args) {
+    ::kvlm_emu::LaunchConfig cfg =
+        ::kvlm_emu::config(config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream);
+    for (unsigned i = 0; i < config->numAttrs; i++)
+        if (config->attrs[i].id == cudaLaunchAttributeProgrammaticStreamSerialization)
+            cfg.programmatic = config->attrs[i].val.programmaticStreamSerializationAllowed != 0;
+    // The launch's own configuration error (the sticky error keeps only the first one).
+    const bool clean_before = cudaPeekAtLastError() == cudaSuccess;
+    ::kvlm_emu::launch(::kvlm_emu::take_launch_name(), "cudaLaunchKernelEx", kernel, cfg)(Params(args)...);
+    return clean_before ? cudaPeekAtLastError() : cudaSuccess;
+}
+struct cudaFuncAttributes {
+    int binaryVersion, ptxVersion;
+};
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* kernel);
+inline void cudaGridDependencySynchronize() { ::kvlm_emu::grid_dependency_wait(); }
+inline void cudaTriggerProgrammaticLaunchCompletion() {}
 
 #define threadIdx (static_cast<const uint3&>(::kvlm_emu::g_thread_idx))
 #define blockIdx (static_cast<const uint3&>(::kvlm_emu::g_block_idx))
@@ -260,6 +312,7 @@ inline float __frcp_rn(float x) { return 1.0f / x; }
 // mode on baseline x86-64 contracts nothing, so plain operators are exact twins).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 inline float __uint_as_float(unsigned u) { return kvlm_emu::from_bits<float>(u); }
