@@ -44,7 +44,11 @@ constexpr int kAttnWarps = kAttnThreads / 32;
 constexpr int kAttnTile = 128;                       // keys per tile
 constexpr int kMaxGroupHeads = 8;                    // query heads per thread block (grouped kernel)
 constexpr int kLaneSlots = 8;                        // row elements per lane in the score loop (8 * 32 = 256)
-constexpr int kLoadBatch = 4;                        // K or V rows each thread has in flight
+// K or V rows each thread has in flight: 8 in the one-head kernel, which runs where blocks are few and each
+// is a latency chain (a decode step at a short context: 128 keys are then one round trip for K and one for V,
+// the V one issued before the scores), 4 in the grouped kernel, whose registers go to its heads.
+template <int MaxHeads>
+constexpr int kLoadBatch = MaxHeads == 1 ? 8 : 4;
 constexpr int kPartialStride = kCudaMaxHeadDim + 2;  // floats per partial row: acc, max, sum
 constexpr int32_t kMinKeysPerSplit = 256;            // shorter contexts are not split
 constexpr int32_t kMaxSplits = 1024;
@@ -209,6 +213,17 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int64_t block_elements = int64_t(layout.n_layers) * 2 * block_size * row;
     const int64_t head_offset = int64_t(layer) * 2 * block_size * row + int64_t(kv_head) * head_dim;
     const int64_t v_delta = int64_t(block_size) * row;  // a key's V row sits block_size rows after its K row
+    // The tile's K row offsets, from the block table: the first tile's read beside q's, under one barrier.
+    const auto tile_offsets = [&](int32_t tile) {
+        const int32_t tile_n = min(kAttnTile, end - tile);
+        if (tid < tile_n) {
+            const int32_t j = tile + tid;
+            offset_s[tid] = int64_t(block_table[j / block_size]) * block_elements + int64_t(j % block_size) * row +
+                            head_offset;
+        }
+    };
+    tile_offsets(begin);
+    constexpr int kBatch = kLoadBatch<MaxHeads>;
 
     // Score loop: lane gl of a group of key_lanes lanes; the group takes one K row at a time.
     const int key_lanes = geo.key_lanes, gl = lane & (key_lanes - 1);
@@ -232,12 +247,26 @@ __global__ void __launch_bounds__(kAttnThreads)
 
     for (int32_t tile = begin; tile < end; tile += kAttnTile) {
         const int32_t tile_n = min(kAttnTile, end - tile);
-        if (tid < tile_n) {
-            int32_t j = tile + tid;
-            offset_s[tid] = int64_t(block_table[j / block_size]) * block_elements + int64_t(j % block_size) * row +
-                            head_offset;
+        if (tile != begin) {
+            tile_offsets(tile);
+            __syncthreads();
         }
-        __syncthreads();
+        // The first batch of V rows, loaded before the scores when the one-head kernel's batch covers the tile
+        // (they depend only on the offsets): its round trip overlaps the K rows' and the softmax.
+        const auto load_v = [&](VFrag (&v)[kBatch], int base) {
+#pragma unroll
+            for (int b = 0; b < kBatch; b++) {
+                const int jj = base + b * key_groups;
+                if (vg < key_groups && jj < tile_n) v[b].load(kv, offset_s[jj] + v_delta, vu, kAttnThreads, units);
+                else v[b].zero();
+            }
+        };
+        constexpr bool kEarlyV = MaxHeads == 1;
+        const bool v_early = kEarlyV && tile_n <= key_groups * kBatch;  // uniform
+        VFrag v_first[kEarlyV ? kBatch : 1];
+        if constexpr (kEarlyV) {
+            if (v_early) load_v(v_first, vg);
+        }
 
         {  // Scores. The query slice matching this lane's units, reloaded per tile (not live in the output loop).
             float qr[MaxHeads][kLaneSlots];
@@ -252,16 +281,16 @@ __global__ void __launch_bounds__(kAttnThreads)
                 }
             }
             // Loop bounds and shuffles are uniform over the block; only the loads and stores depend on the row.
-            for (int base = 0; base < tile_n; base += rows_per_step * kLoadBatch) {
-                KFrag k[kLoadBatch];
+            for (int base = 0; base < tile_n; base += rows_per_step * kBatch) {
+                KFrag k[kBatch];
 #pragma unroll
-                for (int b = 0; b < kLoadBatch; b++) {
+                for (int b = 0; b < kBatch; b++) {
                     const int jj = base + b * rows_per_step + first_row;
                     if (jj < tile_n) k[b].load(kv, offset_s[jj], gl, key_lanes, units);
                     else k[b].zero();
                 }
 #pragma unroll
-                for (int b = 0; b < kLoadBatch; b++) {
+                for (int b = 0; b < kBatch; b++) {
                     float s[MaxHeads];
 #pragma unroll
                     for (int h = 0; h < MaxHeads; h++) {
@@ -322,16 +351,16 @@ __global__ void __launch_bounds__(kAttnThreads)
             }
         }
         if (vg < key_groups) {
-            for (int base = vg; base < tile_n; base += key_groups * kLoadBatch) {
-                VFrag v[kLoadBatch];
+            for (int base = vg; base < tile_n; base += key_groups * kBatch) {
+                VFrag v[kBatch];
+                if (v_early) {
 #pragma unroll
-                for (int b = 0; b < kLoadBatch; b++) {
-                    const int jj = base + b * key_groups;
-                    if (jj < tile_n) v[b].load(kv, offset_s[jj] + v_delta, vu, kAttnThreads, units);
-                    else v[b].zero();
+                    for (int b = 0; b < kBatch; b++) v[b] = v_first[kEarlyV ? b : 0];
+                } else {
+                    load_v(v, base);
                 }
 #pragma unroll
-                for (int b = 0; b < kLoadBatch; b++) {
+                for (int b = 0; b < kBatch; b++) {
                     const int jj = base + b * key_groups;
                     if (jj < tile_n) {
 #pragma unroll
