@@ -165,22 +165,49 @@ __device__ __forceinline__ const void* row_matrix(const GemvParams& p, int64_t w
     return kSwiglu ? p.weight[m] : o == 0 ? p.weight[0] : o == 1 ? p.weight[1] : p.weight[2];
 }
 
-// GemvRopeKv's end of a pair: v0 and v1 are the dot products of flattened rows row0 and row0 + head_dim / 2.
-__device__ __forceinline__ void finish_rope_pair(const GemvParams& p, int32_t row0, float v0, float v1) {
+// Where a warp's rope pair goes, read right after the dependency wait (the position, then its block-table
+// entry; the pair's frequency and bias): those loads then overlap the product instead of following it.
+struct RopeKvSlot {
+    int o = 0;          // 0 q, 1 k, 2 v
+    int32_t local = 0;  // the pair's first row within its output (i of head local / head_dim)
+    int32_t pos = 0;
+    float inv_freq = 0.0f;
+    float bias0 = 0.0f, bias1 = 0.0f;
+    int64_t offset = 0;  // k, v: the head's row in the pool
+};
+
+template <int R, bool kSwiglu, int NT>
+__device__ __forceinline__ RopeKvSlot rope_kv_slot(const GemvParams& p, int64_t first) {
+    RopeKvSlot s;
+    if constexpr (kRopePairs<R, kSwiglu, NT>) {
+        if (!p.rope_kv || first >= p.n_rows) return s;
+        const GemvRopeKv& rk = p.rope;
+        s.o = locate(p, int32_t(warp_row<R, kSwiglu, NT>(p, first, 0)), &s.local);
+        const int32_t head_dim = rk.layout.head_dim, half = head_dim / 2;
+        s.pos = *rk.position;
+        s.inv_freq = rk.inv_freq[s.local % head_dim];
+        const float* bias = s.o == 0 ? p.bias[0] : s.o == 1 ? p.bias[1] : p.bias[2];
+        if (bias) s.bias0 = bias[s.local], s.bias1 = bias[s.local + half];
+        if (s.o > 0)
+            s.offset = pool_row(rk.layout, rk.layer, s.o - 1, rk.block_table, s.pos) +
+                       int64_t(s.local / head_dim) * head_dim;
+    }
+    return s;
+}
+
+// GemvRopeKv's end of a pair: v0 and v1 are the dot products of the slot's rows i and i + head_dim / 2.
+__device__ __forceinline__ void finish_rope_pair(const GemvParams& p, const RopeKvSlot& slot, float v0, float v1) {
     const GemvRopeKv& rk = p.rope;
-    int32_t local;
-    const int o = locate(p, row0, &local);  // 0 q, 1 k, 2 v
-    const int32_t head_dim = rk.layout.head_dim, half = head_dim / 2, i = local % head_dim, head = local / head_dim;
-    const float* bias = o == 0 ? p.bias[0] : o == 1 ? p.bias[1] : p.bias[2];
-    if (bias) v0 += bias[local], v1 += bias[local + half];
-    const int32_t pos = *rk.position;
-    const float2 r = o < 2 ? rope_rotate(v0, v1, pos, rk.inv_freq[i]) : make_float2(v0, v1);
-    if (o == 0) {
-        p.out[0][local] = r.x;
-        p.out[0][local + half] = r.y;
+    const int32_t head_dim = rk.layout.head_dim, half = head_dim / 2, i = slot.local % head_dim;
+    const bool bias = (slot.o == 0 ? p.bias[0] : slot.o == 1 ? p.bias[1] : p.bias[2]) != nullptr;
+    if (bias) v0 += slot.bias0, v1 += slot.bias1;
+    const float2 r = slot.o < 2 ? rope_rotate(v0, v1, slot.pos, slot.inv_freq) : make_float2(v0, v1);
+    if (slot.o == 0) {
+        p.out[0][slot.local] = r.x;
+        p.out[0][slot.local + half] = r.y;
         return;
     }
-    const int64_t offset = pool_row(rk.layout, rk.layer, o - 1, rk.block_table, pos) + int64_t(head) * head_dim;
+    const int64_t offset = slot.offset;
     const auto store = [&](auto* kv) {
         store_f32(kv + offset, i, r.x);
         store_f32(kv + offset, i + half, r.y);
@@ -194,7 +221,8 @@ __device__ __forceinline__ void finish_rope_pair(const GemvParams& p, int32_t ro
 // SwiGLU the up rows, of token t) and lets lane 0 write silu(gate) * up, or [out +] dot [+ bias], or finish a
 // rope pair. Every lane of the warp must call it (full-mask shuffles).
 template <int R, bool kSwiglu, int NT, int NR>
-__device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, float (&acc)[NT][NR], int lane) {
+__device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, float (&acc)[NT][NR], int lane,
+                                            const RopeKvSlot& slot) {
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
@@ -203,7 +231,7 @@ __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, 
     if (lane != 0) return;
     if constexpr (kRopePairs<R, kSwiglu, NT>) {
         if (p.rope_kv) {
-            if (first < p.n_rows) finish_rope_pair(p, int32_t(warp_row<R, kSwiglu, NT>(p, first, 0)), acc[0][0], acc[0][1]);
+            if (first < p.n_rows) finish_rope_pair(p, slot, acc[0][0], acc[0][1]);
             return;
         }
     }
