@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     if (has_rows && p.vec) load_step(wv, rows, 0, n_chunks, lane);
     wait_for_prior_kernel();  // the weights above are immutable; x and out are not
     allow_next_kernel();
-    const RopeKvSlot slot = rope_kv_slot<R, kSwiglu, NT>(p, first);
+    const EarlyReads<R> early = early_reads<R, kSwiglu, NT>(p, first, lane);
 
     float scale[NT];
     stage_input<kShared>(p, x_shared, warp_sums, scale);
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     }
 
     // Every lane of the warp gets here (the loops above only predicate), as the full-mask shuffles need.
-    finish_rows<R, kSwiglu>(p, first, acc, lane, slot);
+    finish_rows<R, kSwiglu>(p, first, acc, lane, early);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
     if (has_rows) load_step<Q>(wq, rows, 0, n_blocks, sub, k);
     wait_for_prior_kernel();  // the weights above are immutable; x and out are not
     allow_next_kernel();
-    const RopeKvSlot slot = rope_kv_slot<R, kSwiglu, NT>(p, first);
+    const EarlyReads<R> early = early_reads<R, kSwiglu, NT>(p, first, lane);
 
     float scale[NT];
     stage_input<kShared>(p, x_shared, warp_sums, scale);
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
         }
     }
     // Every lane of the warp gets here (the loops above only predicate), as the full-mask shuffles need.
-    finish_rows<R, kSwiglu>(p, first, acc, lane, slot);
+    finish_rows<R, kSwiglu>(p, first, acc, lane, early);
 }
 
 // One token: R rows per warp as the shape says; several: one row per warp at the one-token block size.

@@ -177,7 +177,7 @@ struct RopeKvSlot {
 };
 
 template <int R, bool kSwiglu, int NT>
-__device__ __forceinline__ RopeKvSlot rope_kv_slot(const GemvParams& p, int64_t first) {
+__device__ __forceinline__ RopeKvSlot rope_kv_slot(const GemvParams& p, int64_t first) {  // lane 0's
     RopeKvSlot s;
     if constexpr (kRopePairs<R, kSwiglu, NT>) {
         if (!p.rope_kv || first >= p.n_rows) return s;
@@ -193,6 +193,33 @@ __device__ __forceinline__ RopeKvSlot rope_kv_slot(const GemvParams& p, int64_t 
                        int64_t(s.local / head_dim) * head_dim;
     }
     return s;
+}
+
+// What the epilogue of a one-token launch reads from memory, read by lane 0 right after the dependency wait:
+// the rope pair's slot, or the residual (out before the add) of the warp's rows when accumulating (the O and
+// down projections). The same values it would read at the end - no other thread writes them - so the same
+// bits, with the round trips overlapping the product.
+template <int R>
+struct EarlyReads {
+    RopeKvSlot rope;
+    float prior[R] = {};
+};
+
+template <int R, bool kSwiglu, int NT>
+__device__ __forceinline__ EarlyReads<R> early_reads(const GemvParams& p, int64_t first, int lane) {
+    EarlyReads<R> e;
+    if (NT != 1 || kSwiglu || lane != 0) return e;
+    e.rope = rope_kv_slot<R, kSwiglu, NT>(p, first);
+    if (p.accumulate) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (first + r >= p.n_rows) break;
+            int32_t local;
+            const int o = locate(p, int32_t(first + r), &local);
+            e.prior[r] = (o == 0 ? p.out[0] : o == 1 ? p.out[1] : p.out[2])[local];
+        }
+    }
+    return e;
 }
 
 // GemvRopeKv's end of a pair: v0 and v1 are the dot products of the slot's rows i and i + head_dim / 2.
@@ -222,7 +249,7 @@ __device__ __forceinline__ void finish_rope_pair(const GemvParams& p, const Rope
 // rope pair. Every lane of the warp must call it (full-mask shuffles).
 template <int R, bool kSwiglu, int NT, int NR>
 __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, float (&acc)[NT][NR], int lane,
-                                            const RopeKvSlot& slot) {
+                                            const EarlyReads<R>& early) {
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
@@ -231,7 +258,7 @@ __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, 
     if (lane != 0) return;
     if constexpr (kRopePairs<R, kSwiglu, NT>) {
         if (p.rope_kv) {
-            if (first < p.n_rows) finish_rope_pair(p, slot, acc[0][0], acc[0][1]);
+            if (first < p.n_rows) finish_rope_pair(p, early.rope, acc[0][0], acc[0][1]);
             return;
         }
     }
@@ -253,7 +280,8 @@ __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, 
                 const float* bias = o == 0 ? p.bias[0] : o == 1 ? p.bias[1] : p.bias[2];
                 float v = acc[t][r];
                 if (bias) v += bias[local];
-                out[local] = p.accumulate ? out[local] + v : v;
+                if (p.accumulate) v = (NT == 1 ? early.prior[r] : out[local]) + v;
+                out[local] = v;
             }
         }
     }
