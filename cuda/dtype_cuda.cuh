@@ -17,32 +17,25 @@ __device__ __forceinline__ void store_f32(float* p, int64_t i, float v) { p[i] =
 __device__ __forceinline__ void store_f32(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void store_f32(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
-// A 16-byte load of immutable data read once (weights in gemv.cu): the read-only path, not allocated in L1,
-// which stays for what is reused. p must be 16-byte aligned. The emulator
-// (which rewrites inline PTX only in .cu files) gets its twin of the instruction.
+// A 16-byte load of data read once, not allocated in L1 (which stays for what is reused). kWrittenBefore:
+// data a prior kernel may have written (K/V rows in paged_attention.cu) takes the coherent path; the
+// non-coherent read-only path (weights in gemv.cu) is only for memory no kernel writes while this one may
+// run, and with programmatic launches (programmatic_launch.cuh) the prior kernel may still be running. p must
+// be 16-byte aligned. The emulator (which rewrites inline PTX only in .cu files) gets its twin of the load.
+template <bool kWrittenBefore = false>
 __device__ __forceinline__ uint4 load_streaming16(const uint4* p) {
     uint4 v;
 #ifdef KVLM_CUDA_EMU
     ::kvlm_emu::ptx_ld_global_nc_v4_u32(v.x, v.y, v.z, v.w, p);
 #else
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-#endif
-    return v;
-}
-
-// load_streaming16 for data a prior kernel may have written (K/V rows): the same no-L1-allocate hint on the
-// coherent path. The non-coherent one is only for memory no kernel writes while this one may run, and with
-// programmatic launches (programmatic_launch.cuh) the prior kernel may still be writing.
-__device__ __forceinline__ uint4 load_kv16(const uint4* p) {
-    uint4 v;
-#ifdef KVLM_CUDA_EMU
-    ::kvlm_emu::ptx_ld_global_nc_v4_u32(v.x, v.y, v.z, v.w, p);  // the same 16-byte read on the CPU
-#else
-    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
+    if constexpr (kWrittenBefore)
+        asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+    else
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
 #endif
     return v;
 }

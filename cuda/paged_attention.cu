@@ -114,7 +114,7 @@ struct RowFrag {
         for (int i = 0; i < N; i++) {
             const int u = first + i * stride;
             if constexpr (Vec)
-                raw[i] = u < units ? load_kv16(reinterpret_cast<const uint4*>(kv + row) + u) : make_uint4(0, 0, 0, 0);
+                raw[i] = u < units ? load_streaming16<true>(reinterpret_cast<const uint4*>(kv + row) + u) : make_uint4(0, 0, 0, 0);
             else
                 raw[i] = u < units ? load_kv(kv, row + u) : 0.0f;
         }
