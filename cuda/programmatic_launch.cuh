@@ -7,7 +7,8 @@
 // immutable memory (weights, the RoPE table) and writes nothing; activations, the KV pool, the block table and
 // positions come after it, through coherent loads (no __ldg / const __restrict__ on data a prior kernel
 // writes: the compiler may hoist non-coherent loads above the wait). The emulator enforces the first half:
-// in a programmatic launch every other device allocation is unmapped until the block's threads have waited.
+// in a programmatic launch every other device allocation is unmapped until the block's threads have waited
+// (in the first two blocks of each grid; docs/CUDA.md, "Tests in emulation").
 #pragma once
 #include <cuda_runtime.h>
 
