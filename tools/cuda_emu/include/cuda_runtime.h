@@ -204,7 +204,7 @@ void ptx_ld_global_nc_v4_u32(unsigned& a, unsigned& b, unsigned& c, unsigned& d,
 // wait and trigger, and the kernel attributes launch_kernel asks for (an sm_90 binary from PTX 9.0). Above
 // the threadIdx/blockDim/gridDim macros, which would rewrite the members' names; code below them
 // initialises a cudaLaunchConfig_t by position.
-enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 5 };
+enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 6 };  // the real value
 union cudaLaunchAttributeValue {
     int programmaticStreamSerializationAllowed;
 };
