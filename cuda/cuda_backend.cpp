@@ -35,14 +35,13 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
     transfer_stats_ = options.cuda_transfer_stats;
     steps_ahead_ = options.cuda_steps_ahead;
     use_graphs_ = options.cuda_graphs && fused_decode_ && !profile_;
-    const bool programmatic = programmatic_launches() && prop_.major >= 9;
     name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{}{})", prop_.name, prop_.multiProcessorCount,
                         double(prop_.totalGlobalMem) / kGiB,
                         use_graphs_     ? ", decode in CUDA graphs"
                         : profile_      ? ", decode profiled: CUDA graphs off"
                         : fused_decode_ ? ", CUDA graphs off"
                                         : "",
-                        programmatic ? ", programmatic launches" : "");
+                        programmatic_launches_on_device() ? ", programmatic launches" : "");
 }
 
 CudaBackend::~CudaBackend() {

@@ -272,6 +272,12 @@ GemvParams base_params(const float* x, int32_t n_in, const float* norm_weight, f
     return p;
 }
 
+// Output i of p: o's rows end at flattened row `end`.
+void set_output(GemvParams& p, int i, const GemvOutput& o, int32_t end) {
+    p.weight[i] = o.weight, p.out[i] = o.out, p.bias[i] = o.bias, p.row_end[i] = end;
+    p.out_stride[i] = o.n_out;
+}
+
 // Launches p for tokens [0, n_tokens) in groups of kGemvTokens (one launch for a single token).
 void launch_token_groups(GemvParams p, int32_t n_tokens, DType dtype, int n_weights, bool swiglu, cudaStream_t stream) {
     const float* x = p.x;
@@ -316,9 +322,7 @@ void launch_gemv_tokens(const GemvOutput* outputs, int32_t n_outputs, const floa
             const GemvOutput& o = outputs[i];
             if (o.dtype != dtype || o.n_out == 0) continue;
             end += o.n_out;
-            p.weight[n] = o.weight, p.out[n] = o.out, p.bias[n] = o.bias, p.row_end[n] = end;
-            p.out_stride[n] = o.n_out;
-            n++;
+            set_output(p, n++, o, end);
         }
         if (n == 0) continue;
         p.n_rows = end;
@@ -348,8 +352,7 @@ void launch_gemv_rope_kv(const GemvOutput* qkv, const float* x, int32_t n_in, co
     for (int i = 0; i < 3; i++) {
         if (qkv[i].weight == nullptr || (i == 0 && qkv[i].out == nullptr)) cuda_throw("launch_gemv_rope_kv: null q out or weight");
         end += qkv[i].n_out;
-        p.weight[i] = qkv[i].weight, p.out[i] = qkv[i].out, p.bias[i] = qkv[i].bias, p.row_end[i] = end;
-        p.out_stride[i] = qkv[i].n_out;
+        set_output(p, i, qkv[i], end);
     }
     if (overlaps(qkv[0].out, qkv[0].n_out, x, n_in)) cuda_throw("launch_gemv_rope_kv: out overlaps x");
     p.n_rows = end;

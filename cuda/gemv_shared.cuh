@@ -172,6 +172,7 @@ struct RopeKvSlot {
     int32_t local = 0;  // the pair's first row within its output (i of head local / head_dim)
     int32_t pos = 0;
     float inv_freq = 0.0f;
+    bool has_bias = false;
     float bias0 = 0.0f, bias1 = 0.0f;
     int64_t offset = 0;  // k, v: the head's row in the pool
 };
@@ -187,7 +188,7 @@ __device__ __forceinline__ RopeKvSlot rope_kv_slot(const GemvParams& p, int64_t 
         s.pos = *rk.position;
         s.inv_freq = rk.inv_freq[s.local % head_dim];
         const float* bias = s.o == 0 ? p.bias[0] : s.o == 1 ? p.bias[1] : p.bias[2];
-        if (bias) s.bias0 = bias[s.local], s.bias1 = bias[s.local + half];
+        if (bias) s.has_bias = true, s.bias0 = bias[s.local], s.bias1 = bias[s.local + half];
         if (s.o > 0)
             s.offset = pool_row(rk.layout, rk.layer, s.o - 1, rk.block_table, s.pos) +
                        int64_t(s.local / head_dim) * head_dim;
@@ -226,8 +227,7 @@ __device__ __forceinline__ EarlyReads<R> early_reads(const GemvParams& p, int64_
 __device__ __forceinline__ void finish_rope_pair(const GemvParams& p, const RopeKvSlot& slot, float v0, float v1) {
     const GemvRopeKv& rk = p.rope;
     const int32_t head_dim = rk.layout.head_dim, half = head_dim / 2, i = slot.local % head_dim;
-    const bool bias = (slot.o == 0 ? p.bias[0] : slot.o == 1 ? p.bias[1] : p.bias[2]) != nullptr;
-    if (bias) v0 += slot.bias0, v1 += slot.bias1;
+    if (slot.has_bias) v0 += slot.bias0, v1 += slot.bias1;
     const float2 r = slot.o < 2 ? rope_rotate(v0, v1, slot.pos, slot.inv_freq) : make_float2(v0, v1);
     if (slot.o == 0) {
         p.out[0][slot.local] = r.x;

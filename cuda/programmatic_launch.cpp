@@ -33,9 +33,10 @@ void declare_immutable([[maybe_unused]] const void* device_allocation) {
 #endif
 }
 bool programmatic_launches() { return g_programmatic.load(); }
+bool programmatic_launches_on_device() { return programmatic_launches() && device_supports(); }
 
 bool programmatic_launch(const void* kernel) {
-    if (!programmatic_launches() || !device_supports()) return false;
+    if (!programmatic_launches_on_device()) return false;
     // The binary the device runs for this kernel must have been compiled from PTX that has the wait
     // (griddepcontrol, PTX ISA for sm_90): a kernel JIT-compiled from the compute_80 PTX would not wait.
     static std::mutex mutex;

@@ -7,6 +7,8 @@ namespace kvlm {
 
 void set_programmatic_launches(bool on);
 bool programmatic_launches();
+// programmatic_launches() on a device that has them (compute capability 9.0+): what the device line reports.
+bool programmatic_launches_on_device();
 
 // The device allocation at p is never written by kernels (weights, the RoPE table): what a programmatic
 // launch may read before its wait. Nothing on a GPU; the emulator keeps it readable there and unmaps the rest.

@@ -337,6 +337,14 @@ bool release_warps(int n_threads) {
     return released;
 }
 
+// The block's dependency check is over: device memory mapped read-write again.
+void end_dependency_check() {
+    Emulator& e = emu();
+    if (!e.before_dependency) return;
+    e.before_dependency = false;
+    open_device_memory();
+}
+
 // When nothing else can run: releases the threads waiting at cudaGridDependencySynchronize (the prior
 // kernel has finished by now) and maps device memory back. On a GPU the wait is per thread; here every
 // thread of the block gets as far as it can before any is released, so each one's accesses before its wait
@@ -350,10 +358,7 @@ bool release_dependency_wait(int n_threads) {
         f.state = State::runnable;
         released = true;
     }
-    if (released && e.before_dependency) {
-        e.before_dependency = false;
-        open_device_memory();
-    }
+    if (released) end_dependency_check();
     return released;
 }
 
@@ -415,10 +420,7 @@ void run_block(int n_threads, bool check_dependency) {
         for (int t = 0; t < n_threads; t++) e.fibers[size_t(t)].state = State::runnable;
     }
     for (int w0 = 0; w0 < n_threads; w0 += 32) check_wmma_counts(w0, std::min(w0 + 32, n_threads));
-    if (e.before_dependency) {  // every thread exited without waiting
-        e.before_dependency = false;
-        open_device_memory();
-    }
+    end_dependency_check();  // when every thread exited without waiting
     // Bytes past the launch's dynamic shared memory (up to the guard page) must still hold the poison.
     for (char* p = e.smem_base + e.smem_bytes; p < e.arena_end; p++)
         if (static_cast<unsigned char>(*p) != 0xFF)
