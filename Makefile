@@ -43,7 +43,7 @@ LIB_OBJ  := $(SRC_CPP:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 TEST_OBJ := $(TEST_CPP:%.cpp=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/kvlm_tests
 
-.PHONY: all check-layers test debug test-sanitize test-cuda-emu test-cuda-emu-smoke test-gpu-script-emu fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench bench-peer format deps carry
+.PHONY: all check-layers test debug test-sanitize test-cuda-emu test-cuda-emu-smoke test-gpu-script-emu fuzz fuzz-targets fuzz-corpus fuzz-smoke clean models bench bench-peer format deps carry carry-peer
 all: $(BIN)
 
 # The include direction rule of docs/ARCHITECTURE.md (fails naming the include that breaks it).
@@ -115,8 +115,9 @@ test-cuda-emu-smoke:
 	+$(MAKE) test-cuda-emu EMU_ARGS="$(EMU_SMOKE_ARGS)"
 	+$(MAKE) test-gpu-script-emu
 
-# tools/gpu_session.sh's smoke and tests stages over the emulator, with a few cases each, so the script that a
-# lent GPU runs is known to work before one does (needs stories260K and the tokenizers from the test data).
+# tools/gpu_session.sh's smoke and tests stages over the emulator, with a few cases each, and its peer stage
+# with a stand-in llama-bench on a tiny shape, so the script that a lent GPU runs is known to work before one
+# does (needs stories260K and the tokenizers from the test data).
 GPU_SCRIPT_DATA := $(or $(KVLM_TEST_DATA),$(abspath ../shared/models))
 GPU_SCRIPT_OUT  := $(EMU_BUILD)/gpu-script
 test-gpu-script-emu: $(EMU_BIN) $(EMU_KVLM)
@@ -132,7 +133,14 @@ test-gpu-script-emu: $(EMU_BIN) $(EMU_KVLM)
 	    bash tools/gpu_session.sh $$stage > $(GPU_SCRIPT_OUT)-$$stage.log 2>&1; \
 	  tail -1 $(GPU_SCRIPT_OUT)-$$stage.log; \
 	  grep -q "^VERDICT $$stage: PASS" $(GPU_SCRIPT_OUT)-$$stage.log || { cat $(GPU_SCRIPT_OUT)-$$stage.log; exit 1; }; \
-	done
+	done; \
+	KVLM_CUDA_EMU=1 OUT=$(GPU_SCRIPT_OUT) KVLM_GPU_MODELS=$(GPU_SCRIPT_OUT)/models KVLM_GPU_DATA=$(GPU_SCRIPT_DATA) \
+	  KVLM_GPU_KVLM=$(EMU_KVLM) KVLM_GPU_PEER_BENCH=tests/tools/fake_llama_bench.sh \
+	  KVLM_GPU_PEER_MODELS="$(abspath tests/data/peer_shape):smollm2:q4_0" \
+	  KVLM_GPU_PEER_TESTS="-p 8 -n 4 -r 1" bash tools/gpu_session.sh peer > $(GPU_SCRIPT_OUT)-peer.log 2>&1; \
+	tail -1 $(GPU_SCRIPT_OUT)-peer.log; \
+	grep -q "^VERDICT peer: PASS | .*synthetic-peer_shape-q4_0 tg4 " $(GPU_SCRIPT_OUT)-peer.log || \
+	  { cat $(GPU_SCRIPT_OUT)-peer.log; exit 1; }
 
 $(EMU_BIN): $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o) $(EMU_OBJ) $(EMU_SRC_LIB)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)
@@ -205,6 +213,9 @@ fuzz-smoke: fuzz fuzz-corpus
 # Portable CUDA binaries (kvlm, kvlm_tests) plus test data in .carry/ for a lent GPU machine: docs/CUDA.md.
 carry:
 	bash tools/build_for_device.sh
+# The peer for the GPU: llama.cpp's llama-bench with CUDA (sm_90) in .carry-peer/ (about an hour on 2 cores).
+carry-peer:
+	bash tools/build_peer_for_device.sh
 
 deps:
 	bash tools/install_deps.sh

@@ -2,7 +2,7 @@
 """Writes a .kvlm model's weights as a Hugging Face Llama/Qwen2 directory (config.json + model.safetensors),
 so PyTorch/transformers can run the very same weights side by side with kvlm (bench/transformers_bench.py).
 
-Reads the file as docs/FORMAT.md describes it (standard library only; bf16 bytes are copied as they are). kvlm already
+Reads the file through kvlm_file.py (standard library only; bf16 bytes are copied as they are). kvlm already
 stores q/k rows in Hugging Face's rotate_half order, so tensors are renamed, not permuted. The tokenizer is
 not exported: benchmarks feed token ids.
 
@@ -17,72 +17,9 @@ import os
 import struct
 import sys
 
+from kvlm_file import read_kvlm
+
 DTYPES = {0: ("F32", 4), 1: ("F16", 2), 2: ("BF16", 2)}
-
-
-class Reader:
-    def __init__(self, data, offset=0):
-        self.data, self.pos = data, offset
-
-    def take(self, n):
-        if self.pos + n > len(self.data):
-            raise ValueError("truncated .kvlm file")
-        chunk = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return chunk
-
-    def u32(self):
-        return struct.unpack("<I", self.take(4))[0]
-
-    def u64(self):
-        return struct.unpack("<Q", self.take(8))[0]
-
-    def i64(self):
-        return struct.unpack("<q", self.take(8))[0]
-
-    def string(self):
-        return bytes(self.take(self.u32())).decode("utf-8")
-
-
-def read_kvlm(path):
-    with open(path, "rb") as f:
-        data = memoryview(f.read())
-    header = Reader(data)
-    if bytes(header.take(4)) != b"KVLM":
-        raise ValueError(f"{path}: not a kvlm model file")
-    version = header.u32()
-    if version != 1:
-        raise ValueError(f"{path}: format version {version}, this script reads 1")
-    header.u32(), header.u32()  # flags, header_size
-    metadata_offset, metadata_size = header.u64(), header.u64()
-    directory_offset, _ = header.u64(), header.u64()
-    n_tensors = header.u64()
-
-    metadata = {}
-    r = Reader(data, metadata_offset)
-    for _ in range(r.u32()):
-        key, value_type, value_size = r.string(), r.u32(), r.u64()
-        value = bytes(r.take(value_size))
-        if value_type == 1:
-            metadata[key] = struct.unpack("<I", value)[0]
-        elif value_type == 2:
-            metadata[key] = struct.unpack("<i", value)[0]
-        elif value_type == 3:
-            metadata[key] = struct.unpack("<f", value)[0]
-        elif value_type == 4:
-            metadata[key] = value[0] == 1
-        elif value_type == 5:
-            metadata[key] = value.decode("utf-8", "replace")
-    assert r.pos <= metadata_offset + metadata_size
-
-    tensors = []
-    r = Reader(data, directory_offset)
-    for _ in range(n_tensors):
-        name, dtype, n_dims = r.string(), r.u32(), r.u32()
-        dims = [r.i64() for _ in range(n_dims)]
-        offset, n_bytes, _checksum = r.u64(), r.u64(), r.u64()
-        tensors.append((name, dtype, dims, data[offset:offset + n_bytes]))
-    return metadata, tensors
 
 
 def hf_name(name):

@@ -9,6 +9,7 @@
 #   bash tools/gpu_session.sh bench8b  # ~1 min: kvlm bench, Llama-3-8B shape
 #   bash tools/gpu_session.sh hf       # ~2 min a shape: the same synthetic weights through PyTorch/transformers
 #   bash tools/gpu_session.sh cpu      # ~3 min: CPU decode and prefill from 1 to all cores (the dev VMs have 2)
+#   bash tools/gpu_session.sh peer     # llama.cpp's llama-bench beside kvlm bench, same GPU, same weights (carry .carry-peer too)
 # Times are session 15's on an H200 (bench/RESULTS.md, "GPU"); docs/CUDA.md says what to do with each verdict.
 # Converted models stay in $KVLM_GPU_MODELS (default /tmp/kvlm-models) while the machine is warm.
 # `make test-gpu-script-emu` runs the smoke and tests stages over the CPU emulator (KVLM_CUDA_EMU=1, with
@@ -65,8 +66,8 @@ model() {  # model NAME convert-args... -> path of the converted model (converte
     echo "$MODELS/$name.kvlm"
 }
 
-synthetic() {  # synthetic SHAPE TOKENIZER [DTYPE (bf16)]
-    model "synthetic-$1-${3:-bf16}" --synthetic "$1" --tokenizer "$DATA/tokenizers/$2" --dtype "${3:-bf16}"
+synthetic() {  # synthetic SHAPE TOKENIZER [DTYPE (bf16)]; SHAPE: a named shape or a folder with a config.json
+    model "synthetic-$(basename "$1")-${3:-bf16}" --synthetic "$1" --tokenizer "$DATA/tokenizers/$2" --dtype "${3:-bf16}"
 }
 
 # run_cases LOG TIMEOUT FILTER: doctest cases with durations; the slowest and any errors on stderr, doctest's
@@ -277,6 +278,50 @@ stage_hf() {
     verdict hf "$(grep -c '^| transformers' "$OUT/hf.md") transformers rows in $OUT/hf.md"
 }
 
+# The peer beside kvlm on the same GPU and the same weights: each synthetic model exported to GGUF
+# (bench/export_gguf.py) and run by llama.cpp's llama-bench (built here by `make carry-peer` into .carry-peer,
+# CUDA sm_90), then by kvlm bench with the same tests and the same f16 K/V; one table (bench/peer_table.py).
+# KVLM_GPU_PEER_BENCH, KVLM_GPU_PEER_MODELS (SHAPE:TOKENIZER:DTYPE ...), KVLM_GPU_PEER_TESTS and
+# KVLM_GPU_PEER_NGL run the stage small without a GPU: `make test-gpu-script-emu` with a stand-in llama-bench
+# (tests/tools/fake_llama_bench.sh) over the emulator, or by hand with a CPU build of llama.cpp.
+peer_model() {  # peer_model SHAPE:TOKENIZER:DTYPE FIRST(1|0) -> table rows (stdout)
+    local spec=$1 shape tok dtype m name gguf
+    IFS=: read -r shape tok dtype <<<"$spec"
+    m=$(synthetic "$shape" "$tok" "$dtype") || { fail "convert $spec"; return; }
+    name=$(basename "$m" .kvlm)
+    gguf="$MODELS/$name.gguf"
+    [ -f "$gguf" ] || timeout 300 python3 bench/export_gguf.py "$m" "$gguf" >&2 || { fail "export $name to GGUF"; return; }
+    # shellcheck disable=SC2086
+    timeout 240 "$PEER_BENCH" -m "$gguf" -ngl "$PEER_NGL" -fa on $PEER_TESTS -ctk f16 -ctv f16 -o json \
+        >"$OUT/peer-$name-llama.json" 2>"$OUT/peer-$name-llama.log" || { fail "llama-bench $name (log: $OUT/peer-$name-llama.log)"; return; }
+    # shellcheck disable=SC2086
+    timeout 240 "$KVLM" bench -m "$m" --device cuda $PEER_TESTS --kv-dtype f16 --no-scenarios -o json \
+        >"$OUT/peer-$name-kvlm.json" 2>"$OUT/peer-$name-kvlm.log" || { fail "kvlm bench $name"; return; }
+    python3 bench/peer_table.py "$name" "$OUT/peer-$name-llama.json" "$OUT/peer-$name-kvlm.json" \
+        $([ "$2" = 1 ] && echo --header) || fail "peer table $name"
+}
+
+stage_peer() {
+    header peer
+    PEER_BENCH=$(realpath -m "${KVLM_GPU_PEER_BENCH:-.carry-peer/llama-bench}")
+    PEER_TESTS=${KVLM_GPU_PEER_TESTS:--p 512 -n 128 -d 0,4096 -r 3}
+    PEER_NGL=${KVLM_GPU_PEER_NGL:-99}
+    local models=${KVLM_GPU_PEER_MODELS:-smollm2-135m:smollm2:bf16 smollm2-135m:smollm2:q4_0 llama-3.2-1b:llama3:bf16 llama-3.2-1b:llama3:q4_0}
+    if [ ! -x "$PEER_BENCH" ]; then
+        fail "no $PEER_BENCH (make carry-peer here, then carry .carry-peer)"
+    else
+        echo "   peer: $(cat "$(dirname "$PEER_BENCH")/VERSION" 2>/dev/null || echo "$PEER_BENCH")"
+        local spec first=1
+        for spec in $models; do
+            peer_model "$spec" $first
+            first=0
+        done 2>&1 | tee "$OUT/peer.md"
+        local line  # the loop ran in a pipeline's subshell: its failures come back through the log
+        while read -r line; do FAILS+=("${line#FAILED: }"); done < <(grep '^FAILED: ' "$OUT/peer.md")
+    fi
+    verdict peer "kvlm / llama.cpp, decode at depth 0: $(awk -F'|' '$3 ~ /^ tg[0-9]+ $/ {gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $6); printf "%s%s %s %s", sep, $2, $3, $6; sep=", "}' "$OUT/peer.md" 2>/dev/null); table in $OUT/peer.md"
+}
+
 case "${1:-}" in
 smoke) stage_smoke ;;
 tests) stage_tests ;;
@@ -284,5 +329,6 @@ bench) stage_bench ;;
 bench8b) stage_bench8b ;;
 hf) stage_hf ;;
 cpu) stage_cpu ;;
-*) echo "usage: $0 smoke|tests|bench|bench8b|hf|cpu" >&2; exit 2 ;;
+peer) stage_peer ;;
+*) echo "usage: $0 smoke|tests|bench|bench8b|hf|cpu|peer" >&2; exit 2 ;;
 esac
