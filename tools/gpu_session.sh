@@ -10,6 +10,7 @@
 #   bash tools/gpu_session.sh hf       # ~2 min a shape: the same synthetic weights through PyTorch/transformers
 #   bash tools/gpu_session.sh cpu      # ~3 min: CPU decode and prefill from 1 to all cores (the dev VMs have 2)
 #   bash tools/gpu_session.sh peer     # llama.cpp's llama-bench beside kvlm bench, same GPU, same weights (carry .carry-peer too)
+#   bash tools/gpu_session.sh peer8b   # the same for the Llama-3-8B shape in bf16
 # Times are session 15's on an H200 (bench/RESULTS.md, "GPU"); docs/CUDA.md says what to do with each verdict.
 # Converted models stay in $KVLM_GPU_MODELS (default /tmp/kvlm-models) while the machine is warm.
 # `make test-gpu-script-emu` runs the smoke and tests stages over the CPU emulator (KVLM_CUDA_EMU=1, with
@@ -301,12 +302,13 @@ peer_model() {  # peer_model SHAPE:TOKENIZER:DTYPE FIRST(1|0) -> table rows (std
         $([ "$2" = 1 ] && echo --header) || fail "peer table $name"
 }
 
-stage_peer() {
-    header peer
+# run_peer STAGE MODELS DEFAULT_TESTS: the peer stages' body (peer: the small shapes, peer8b: Llama-3-8B).
+run_peer() {
+    local stage=$1 models=${KVLM_GPU_PEER_MODELS:-$2}
+    header "$stage"
     PEER_BENCH=$(realpath -m "${KVLM_GPU_PEER_BENCH:-.carry-peer/llama-bench}")
-    PEER_TESTS=${KVLM_GPU_PEER_TESTS:--p 512 -n 128 -d 0,4096 -r 3}
+    PEER_TESTS=${KVLM_GPU_PEER_TESTS:-$3}
     PEER_NGL=${KVLM_GPU_PEER_NGL:-99}
-    local models=${KVLM_GPU_PEER_MODELS:-smollm2-135m:smollm2:bf16 smollm2-135m:smollm2:q4_0 llama-3.2-1b:llama3:bf16 llama-3.2-1b:llama3:q4_0}
     if [ ! -x "$PEER_BENCH" ]; then
         fail "no $PEER_BENCH (make carry-peer here, then carry .carry-peer)"
     else
@@ -315,11 +317,22 @@ stage_peer() {
         for spec in $models; do
             peer_model "$spec" $first
             first=0
-        done 2>&1 | tee "$OUT/peer.md"
+        done 2>&1 | tee "$OUT/$stage.md"
         local line  # the loop ran in a pipeline's subshell: its failures come back through the log
-        while read -r line; do FAILS+=("${line#FAILED: }"); done < <(grep '^FAILED: ' "$OUT/peer.md")
+        while read -r line; do FAILS+=("${line#FAILED: }"); done < <(grep '^FAILED: ' "$OUT/$stage.md")
     fi
-    verdict peer "kvlm / llama.cpp, decode at depth 0: $(awk -F'|' '$3 ~ /^ tg[0-9]+ $/ {gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $6); printf "%s%s %s %s", sep, $2, $3, $6; sep=", "}' "$OUT/peer.md" 2>/dev/null); table in $OUT/peer.md"
+    verdict "$stage" "kvlm / llama.cpp, decode at depth 0: $(awk -F'|' '$3 ~ /^ tg[0-9]+ $/ {gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $6); printf "%s%s %s %s", sep, $2, $3, $6; sep=", "}' "$OUT/$stage.md" 2>/dev/null); table in $OUT/$stage.md"
+}
+
+stage_peer() {
+    run_peer peer "smollm2-135m:smollm2:bf16 smollm2-135m:smollm2:q4_0 llama-3.2-1b:llama3:bf16 llama-3.2-1b:llama3:q4_0" \
+        "-p 512 -n 128 -d 0,4096 -r 3"
+}
+
+# Llama-3-8B in bf16 on its own (its GGUF is 16 GB beside the 16 GB .kvlm that bench8b made: removed after).
+stage_peer8b() {
+    run_peer peer8b "llama-3-8b:llama3:bf16" "-p 512 -n 128 -r 3"
+    rm -f "$MODELS"/synthetic-llama-3-8b-bf16.gguf
 }
 
 case "${1:-}" in
@@ -330,5 +343,6 @@ bench8b) stage_bench8b ;;
 hf) stage_hf ;;
 cpu) stage_cpu ;;
 peer) stage_peer ;;
-*) echo "usage: $0 smoke|tests|bench|bench8b|hf|cpu|peer" >&2; exit 2 ;;
+peer8b) stage_peer8b ;;
+*) echo "usage: $0 smoke|tests|bench|bench8b|hf|cpu|peer|peer8b" >&2; exit 2 ;;
 esac
