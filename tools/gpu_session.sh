@@ -306,13 +306,20 @@ peer_model() {  # peer_model SHAPE:TOKENIZER:DTYPE FIRST(1|0) -> table rows (std
 run_peer() {
     local stage=$1 models=${KVLM_GPU_PEER_MODELS:-$2}
     header "$stage"
-    PEER_BENCH=$(realpath -m "${KVLM_GPU_PEER_BENCH:-.carry-peer/llama-bench}")
+    PEER_BENCH=${KVLM_GPU_PEER_BENCH:-$MODELS/llama-bench}
+    if [ -z "${KVLM_GPU_PEER_BENCH:-}" ] && [ ! -x "$PEER_BENCH" ] && [ -f .carry-peer/llama-bench.xz ]; then
+        # carried compressed (tools/build_peer_for_device.sh); Python's lzma, in case the machine has no xz
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+            .carry-peer/llama-bench.xz "$PEER_BENCH.part" && chmod +x "$PEER_BENCH.part" && mv "$PEER_BENCH.part" "$PEER_BENCH" ||
+            fail "unpack .carry-peer/llama-bench.xz"
+    fi
+    PEER_BENCH=$(realpath -m "$PEER_BENCH")
     PEER_TESTS=${KVLM_GPU_PEER_TESTS:-$3}
     PEER_NGL=${KVLM_GPU_PEER_NGL:-99}
     if [ ! -x "$PEER_BENCH" ]; then
         fail "no $PEER_BENCH (make carry-peer here, then carry .carry-peer)"
     else
-        echo "   peer: $(cat "$(dirname "$PEER_BENCH")/VERSION" 2>/dev/null || echo "$PEER_BENCH")"
+        echo "   peer: $PEER_BENCH ($(cat .carry-peer/VERSION 2>/dev/null || echo "no .carry-peer/VERSION"))"
         local spec first=1
         for spec in $models; do
             peer_model "$spec" $first
