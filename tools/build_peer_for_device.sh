@@ -2,7 +2,7 @@
 # Builds the peer, llama.cpp as vendored in llama-cpp-python==0.3.36, with CUDA for a lent H100/H200 into
 # .carry-peer/ (git-ignored), so that tools/gpu_session.sh's `peer` stage runs llama-bench beside kvlm bench
 # on the same GPU and the same weights (bench/export_gguf.py). Nothing is built on the device: its minutes
-# are few, and ggml-cuda takes about AN HOUR on the development VM's 2 cores (start it at once when a GPU is lent,
+# are few, and ggml-cuda takes about an hour on the development VM's 2 cores (start it at once when a GPU is lent,
 # while the kvlm stages run).
 #   - sm_90 only (H100/H200: the machines lent), the CPU part for AVX2/FMA/F16C (the device's CPU is unknown),
 #     no OpenMP (libgomp may be missing there), libstdc++/libgcc static; cuBLAS and cudart stay dynamic and are
@@ -41,8 +41,9 @@ start=$(date +%s)
 cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target llama-bench >&2
 say "built in $(( ($(date +%s) - start) / 60 )) min"
 
-# xz-compressed (49 MB -> 22 MB): .carry (~29 MB) and .carry-peer must fit the run tool's 64 MiB together;
-# the peer stage unpacks it on the device with Python's lzma.
+# xz-compressed (49 MB -> 22 MB): what a run call carries, with the working tree, must stay under 64 MiB, and
+# the peer call carries .carry/kvlm, .carry/models/tokenizers and .carry-peer (docs/CUDA.md). The peer stage
+# unpacks it on the device with Python's lzma.
 rm -rf .carry-peer && mkdir -p .carry-peer
 cp "$BUILD/bin/llama-bench" "$BUILD/llama-bench.stripped"
 strip "$BUILD/llama-bench.stripped"
