@@ -297,7 +297,7 @@ peer_model() {  # peer_model SHAPE:TOKENIZER:DTYPE FIRST(1|0) -> table rows (std
         >"$OUT/peer-$name-llama.json" 2>"$OUT/peer-$name-llama.log" || { fail "llama-bench $name (log: $OUT/peer-$name-llama.log)"; return; }
     # shellcheck disable=SC2086
     timeout 240 "$KVLM" bench -m "$m" --device cuda $PEER_TESTS --kv-dtype f16 --no-scenarios -o json \
-        >"$OUT/peer-$name-kvlm.json" 2>"$OUT/peer-$name-kvlm.log" || { fail "kvlm bench $name"; return; }
+        >"$OUT/peer-$name-kvlm.json" 2>"$OUT/peer-$name-kvlm.log" || { fail "kvlm bench $name (log: $OUT/peer-$name-kvlm.log)"; return; }
     python3 bench/peer_table.py "$name" "$OUT/peer-$name-llama.json" "$OUT/peer-$name-kvlm.json" \
         $([ "$2" = 1 ] && echo --header) || fail "peer table $name"
 }
@@ -338,8 +338,10 @@ stage_peer() {
 
 # Llama-3-8B in bf16 on its own (its GGUF is 16 GB beside the 16 GB .kvlm that bench8b made: removed after).
 stage_peer8b() {
-    run_peer peer8b "llama-3-8b:llama3:bf16" "-p 512 -n 128 -r 3"
+    local rc=0
+    run_peer peer8b "llama-3-8b:llama3:bf16" "-p 512 -n 128 -r 3" || rc=$?
     rm -f "$MODELS"/synthetic-llama-3-8b-bf16.gguf
+    return $rc
 }
 
 case "${1:-}" in
