@@ -2,14 +2,14 @@
 """Writes a .kvlm model (llama architecture) as a GGUF file, so llama.cpp runs the very same weights and
 tokenizer side by side with kvlm (tools/gpu_session.sh's `peer` stage: llama-bench on the GPU).
 
-Reads the file as docs/FORMAT.md describes it and writes GGUF v3 with the standard library only (no numpy, no
+Reads the file through kvlm_file.py and writes GGUF v3 with the standard library only (no numpy, no
 gguf package: the GPU machine has neither for certain). Tensors keep their type (f32, f16, bf16, and the
 quantized q8_0/q4_0/q4_1 blocks, which are GGUF's layouts byte for byte); q/k rows go back from kvlm's
 rotate_half order to GGUF's interleaved one, as llama.cpp's converter permutes them; Llama 3 RoPE scaling
 becomes a rope_freqs.weight tensor, as that converter writes it.
 
-Checked by round trip (tests/import/test_export_gguf.cpp): `kvlm convert OUT.gguf` gives the source's
-fingerprint (weights, tokenizer, hyperparameters).
+Checked in tests/tools/test_export_gguf.cpp: stories260K's export holds the tensors of llama.cpp's own GGUF
+byte for byte, and `kvlm convert OUT.gguf` gives the source's fingerprint (weights, tokenizer, hyperparameters).
 
 Usage: export_gguf.py MODEL.kvlm OUT.gguf
 """
