@@ -56,8 +56,8 @@ def metadata_value(value_type, value):
 
 
 def read_kvlm(path):
-    f = open(path, "rb")
-    data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    with open(path, "rb") as f:  # the mapping outlives the file object
+        data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     header = Reader(data)
     if bytes(header.take(4)) != b"KVLM":
         raise ValueError(f"{path}: not a kvlm model file")

@@ -24,7 +24,7 @@ case "$PEER_CPU" in
     avx2) PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer}-avx2; export KVLM_CPU_PATH=avx2 ;;
     *) echo "peer: error: PEER_CPU must be native or avx2" >&2; exit 1 ;;
 esac
-SDIST_SPEC="llama-cpp-python==0.3.36"
+source bench/peer_source.sh
 SOURCE_GGUF=models/cache/SmolLM2-135M-Instruct.Q4_1.gguf
 WORK="${PEER_CACHE%-avx2}/models"  # the same models whatever the CPU flags
 
@@ -64,15 +64,7 @@ peer_arch_text() {
 LLAMA="$PEER_CACHE/llama.cpp"
 BIN="$LLAMA/build/bin"
 if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-quantize" ] || [ ! -x "$BIN/llama-perplexity" ]; then
-    if [ ! -d "$LLAMA" ]; then
-        say "downloading the $SDIST_SPEC sdist"
-        tmp=$(mktemp -d)
-        python3 -m pip download --no-deps --no-binary :all: --disable-pip-version-check -d "$tmp" "$SDIST_SPEC" >&2 \
-            || die "pip download of $SDIST_SPEC failed"
-        tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
-        mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$LLAMA"
-        rm -rf "$tmp"
-    fi
+    peer_source "$LLAMA" || exit 1
     say "building llama.cpp (cmake Release, $(peer_arch_text))"
     cmake -S "$LLAMA" -B "$LLAMA/build" -DCMAKE_BUILD_TYPE=Release $(peer_arch_flags) -DLLAMA_CURL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
@@ -113,7 +105,7 @@ stats() {  # values... -> "mean ± sd"
 }
 
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
-echo "kvlm vs llama.cpp ($SDIST_SPEC, $(peer_arch_text)), $cpu, $THREADS threads, $REPS interleaved repetitions, $(date -u +%Y-%m-%d)"
+echo "kvlm vs llama.cpp ($PEER_SDIST_SPEC, $(peer_arch_text)), $cpu, $THREADS threads, $REPS interleaved repetitions, $(date -u +%Y-%m-%d)"
 echo
 echo "| type | test | llama.cpp t/s | kvlm t/s | kvlm / llama.cpp |"
 echo "| --- | --- | ---: | ---: | ---: |"

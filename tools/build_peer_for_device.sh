@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SDIST_SPEC="llama-cpp-python==0.3.36"
+source bench/peer_source.sh
 PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer}
 SOURCE="$PEER_CACHE/llama.cpp"
 BUILD="$PEER_CACHE/build-cuda"
@@ -21,15 +21,7 @@ say() { echo "build_peer_for_device: $*" >&2; }
 
 command -v cmake >/dev/null || { say "cmake is required (apt-get install cmake)"; exit 1; }
 command -v "${NVCC:-nvcc}" >/dev/null || { say "nvcc not found (needed for llama.cpp's CUDA build)"; exit 1; }
-if [ ! -d "$SOURCE" ]; then
-    say "downloading the $SDIST_SPEC sdist"
-    tmp=$(mktemp -d)
-    python3 -m pip download --no-deps --no-binary :all: --disable-pip-version-check -d "$tmp" "$SDIST_SPEC" >&2
-    tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
-    mkdir -p "$PEER_CACHE"
-    mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$SOURCE"
-    rm -rf "$tmp"
-fi
+peer_source "$SOURCE"
 
 say "configuring (CUDA sm_90, AVX2 CPU part, static libstdc++)"
 cmake -S "$SOURCE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
@@ -50,5 +42,5 @@ strip "$BUILD/llama-bench.stripped"
 say "dynamic dependencies of llama-bench:"
 ldd "$BUILD/llama-bench.stripped" | sed 's/^/  /' >&2 || true
 xz -T0 -6 -c "$BUILD/llama-bench.stripped" > .carry-peer/llama-bench.xz
-echo "$SDIST_SPEC, CUDA sm_90, built $(date -u +%FT%TZ) with $(${NVCC:-nvcc} --version | tail -1)" > .carry-peer/VERSION
+echo "$PEER_SDIST_SPEC, CUDA sm_90, built $(date -u +%FT%TZ) with $(${NVCC:-nvcc} --version | tail -1)" > .carry-peer/VERSION
 du -sh .carry-peer >&2
