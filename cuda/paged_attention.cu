@@ -11,8 +11,8 @@
 // Both kernels do each head's arithmetic in the same order, so they give the same bits.
 // The block walks its share of the keys in tiles of kAttnTile with an online softmax per head:
 //   - scores: groups of key_lanes lanes take one K row each; a lane loads units gl, gl + key_lanes, ... of
-//     the row (16-byte chunks when head_dim * sizeof(T) is a multiple of 16, else, and always for a q8_0
-//     cache, single elements read through load_kv), holds
+//     the row (16-byte chunks when head_dim * sizeof(T) is a multiple of 16; for a q8_0 cache, 8 elements of
+//     a block with its scale; else single elements read through load_kv), holds
 //     the matching elements of every head's query in registers (queries staged as f32 in shared memory),
 //     and the group's partial dot products are summed with shuffles;
 //   - softmax: one warp per head, f32 max / sum / correction per head, probabilities in shared [heads][tile];
@@ -100,12 +100,27 @@ __device__ __forceinline__ float unpack_half(uint32_t word, int half, __nv_bfloa
     return __uint_as_float(half ? word & 0xffff0000u : word << 16);
 }
 
-// N units of one row held by one thread: units first, first + stride, ... as raw 16-byte chunks (Vec) or
-// f32 elements (load_kv: any KV dtype, q8_0 included); units past the row's end read as zero (never loaded).
-// The row starts at element `row` of the pool kv.
+// Elements of a vector-path unit: a 16-byte chunk of f32/f16/bf16 elements; for a q8_0 cache a quarter of
+// a 34-byte block (8 int8 quants) with the block's scale.
+template <typename T>
+constexpr int kVecUnitElements = kIsQ8Kv<T> ? 8 : 16 / int(sizeof(T));
+
+// A q8_0 unit (8 elements, u = 0..3 of the block at `block`) as raw: quants in x and y, the scale as f32 in
+// z. A block record is only 2-byte aligned, so the quants come in four 2-byte loads (llama.cpp reads q8_0
+// so too); 5 loads per 8 elements, where one element at a time took 16.
+__device__ __forceinline__ uint4 load_q8_unit(const uint8_t* block, int u) {
+    const uint16_t* scale = reinterpret_cast<const uint16_t*>(block);
+    const uint16_t* qs = reinterpret_cast<const uint16_t*>(block + QuantBlock<DType::q8_0>::kQs + u * 8);
+    return make_uint4(uint32_t(qs[0]) | uint32_t(qs[1]) << 16, uint32_t(qs[2]) | uint32_t(qs[3]) << 16,
+                      __float_as_uint(f16_bits_to_f32(scale[0])), 0u);
+}
+
+// N units of one row held by one thread: units first, first + stride, ... as raw vector units (Vec) or
+// f32 elements (load_kv: any KV dtype); units past the row's end read as zero (never loaded). The row
+// starts at element `row` of the pool kv (a multiple of 32 for q8_0: rows start at multiples of head_dim).
 template <typename T, bool Vec, int N>
 struct RowFrag {
-    static constexpr int kUnitElements = Vec ? 16 / int(sizeof(T)) : 1;
+    static constexpr int kUnitElements = Vec ? kVecUnitElements<T> : 1;
     static constexpr int kElements = N * kUnitElements;
     std::conditional_t<Vec, uint4, float> raw[N];
 
@@ -113,7 +128,10 @@ struct RowFrag {
 #pragma unroll
         for (int i = 0; i < N; i++) {
             const int u = first + i * stride;
-            if constexpr (Vec)
+            if constexpr (Vec && kIsQ8Kv<T>)
+                raw[i] = u < units ? load_q8_unit(reinterpret_cast<const uint8_t*>(kv_at(kv, row + int64_t(u) * 8)), u & 3)
+                                   : make_uint4(0, 0, 0, 0);
+            else if constexpr (Vec)
                 raw[i] = u < units ? load_streaming16<true>(reinterpret_cast<const uint4*>(kv + row) + u) : make_uint4(0, 0, 0, 0);
             else
                 raw[i] = u < units ? load_kv(kv, row + u) : 0.0f;
@@ -131,6 +149,9 @@ struct RowFrag {
     __device__ __forceinline__ float get(int e) const {
         if constexpr (!Vec) {
             return raw[e];
+        } else if constexpr (kIsQ8Kv<T>) {  // load_kv's value: d * q, exact in f32
+            const uint32_t word = e % 8 < 4 ? raw[e / 8].x : raw[e / 8].y;
+            return __fmul_rn(float(int8_t(word >> (8 * (e % 4)))), __uint_as_float(raw[e / 8].z));
         } else {
             const uint4& c = raw[e / kUnitElements];
             const int k = e % kUnitElements;
@@ -159,7 +180,7 @@ __global__ void __launch_bounds__(kAttnThreads)
                            const int32_t* row_tables) {  // [n] offsets into block_table, or null
     // Units of a K row per lane in the score loop, of a V row per thread in the output loop (the scalar path
     // takes units tid and tid + kAttnThreads when head_dim > kAttnThreads).
-    using KFrag = RowFrag<T, Vec, Vec ? kLaneSlots * int(sizeof(T)) / 16 : kLaneSlots>;
+    using KFrag = RowFrag<T, Vec, Vec ? kLaneSlots / kVecUnitElements<T> : kLaneSlots>;
     using VFrag = RowFrag<T, Vec, Vec ? 1 : 2>;
     static_assert(KFrag::kElements == kLaneSlots, "score fragments hold kLaneSlots elements");
 
@@ -450,6 +471,7 @@ void check_attention_args(const char* who, const KvLayout& layout, int32_t n, in
     if (layout.head_dim < 1 || layout.head_dim > kCudaMaxHeadDim) fail("head_dim outside 1..kCudaMaxHeadDim (256)");
     if (n > 65535 || n_heads < 1 || n_heads > 65535) fail("more than 65535 tokens or heads in a batch");
     if (layout.n_kv_heads <= 0 || n_heads % layout.n_kv_heads != 0) fail("n_heads is not a multiple of n_kv_heads");
+    if (layout.dtype == DType::q8_0 && layout.head_dim % 32 != 0) fail("a q8_0 cache needs head_dim a multiple of 32");
 }
 
 template <typename T, int MaxHeads>
@@ -457,17 +479,16 @@ void launch_attention_kernel(const dim3& grid, bool vec, const AttnGeometry& geo
                              const float* q, const T* kv, const KvLayout& layout, int32_t layer,
                              const int32_t* block_table, const int32_t* positions, int32_t n_heads,
                              int32_t keys_per_split, float scale, const int32_t* row_tables, cudaStream_t stream) {
-    if constexpr (!kIsQ8Kv<T>) {
-        if (vec) {
-            launch_kernel("paged_attention_kernel", paged_attention_kernel<T, true, MaxHeads>, grid, kAttnThreads, 0,
-                          stream, out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo,
-                          keys_per_split, scale, row_tables);
-            return;
-        }
+    if (vec) {
+        launch_kernel("paged_attention_kernel", paged_attention_kernel<T, true, MaxHeads>, grid, kAttnThreads, 0,
+                      stream, out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo,
+                      keys_per_split, scale, row_tables);
+        return;
     }
-    launch_kernel("paged_attention_kernel", paged_attention_kernel<T, false, MaxHeads>, grid, kAttnThreads, 0, stream,
-                  out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split, scale,
-                  row_tables);
+    if constexpr (!kIsQ8Kv<T>)  // a q8_0 row is whole blocks, always read in vector units
+        launch_kernel("paged_attention_kernel", paged_attention_kernel<T, false, MaxHeads>, grid, kAttnThreads, 0,
+                      stream, out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo,
+                      keys_per_split, scale, row_tables);
 }
 
 template <typename T>
@@ -476,10 +497,10 @@ void launch_attention_kernel(float* out, float* partials, const float* q, const 
                              int32_t n_heads, int32_t n_splits, int32_t keys_per_split, int32_t n_sms, float scale,
                              const int32_t* row_tables, cudaStream_t stream) {
     // 16-byte loads when every K/V row starts 16-byte aligned: rows start at multiples of head_dim elements.
-    // q8_0 rows (34-byte blocks, 2-byte aligned) are read element by element.
-    const bool vec = !kIsQ8Kv<T> && (int64_t(layout.head_dim) * sizeof(T)) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(kv) % 16 == 0;
-    const int32_t unit_elements = vec ? 16 / int(sizeof(T)) : 1;
+    // q8_0: units of 8 elements of a block; its rows are whole blocks (check_attention_args).
+    const bool vec = kIsQ8Kv<T> ||
+                     ((int64_t(layout.head_dim) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(kv) % 16 == 0);
+    const int32_t unit_elements = vec ? kVecUnitElements<T> : 1;
     const int32_t group = n_heads / layout.n_kv_heads;
     const int64_t grouped_blocks = int64_t(n_splits) * n * layout.n_kv_heads * head_chunks(group);
     const bool one_head = group > 1 && grouped_blocks < n_sms;
