@@ -215,8 +215,8 @@ void CudaBackend::allocate_scratch() {
     converted_ = arena_.alloc<uint16_t>(b * widest, "GEMM input scratch");
     allocate_dequant_tile();
     logits_ = arena_.alloc<float>(size_t(std::min(max_batch_, kLogitsRows)) * c.n_vocab, "the logits buffer");
-    sample_in_ = arena_.alloc<SampleInputs>(1, "the sampler's inputs");
-    sample_out_ = arena_.alloc<SampleResult>(1, "the sampler's result");
+    sample_in_ = arena_.alloc<SampleInputs>(size_t(kRowsPerPass), "the sampler's inputs");
+    sample_out_ = arena_.alloc<SampleResult>(size_t(kRowsPerPass), "the sampler's results");
     attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;
     attention_.partials = arena_.alloc<float>(size_t(attention_.max_rows) * (kCudaMaxHeadDim + 2), "attention scratch");
     std::vector<float> inv_freq(size_t(c.head_dim / 2));

@@ -183,9 +183,13 @@ private:
     struct DecodeRow {
         int32_t token, pos, input;
         float* logits;
+        const SampleRequest* sample;  // the token picked on the device (samples_on_device), or null
+        SampleOutcome* outcome;       // with sample: where its outcome goes
     };
     void forward_rows(const SequenceInput* inputs, size_t n_inputs);
     void run_rows_pass(const SequenceInput* inputs, const DecodeRow* rows, int32_t n);
+    void copy_back_rows(const DecodeRow* rows, int32_t n);
+    void finish_sampled_rows(const DecodeRow* rows, int32_t n);
     int64_t rows_graph_key(const std::vector<int32_t>& shape);
     template <typename Run>
     void enqueue_rows(int32_t n, const Run* runs, size_t n_runs);
@@ -241,8 +245,9 @@ private:
     std::map<std::vector<int32_t>, int64_t> rows_graph_keys_;  // -1: seen once, no graph yet
     int64_t next_rows_graph_key_ = 0;
     std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
-    SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample)
-    SampleResult* sample_out_ = nullptr;      // device: its result
+    SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample: [0]; forward_rows: [kRowsPerPass])
+    SampleResult* sample_out_ = nullptr;      // device: their results
+    std::unique_ptr<PinnedBuffer> rows_sample_host_;  // forward_rows: [kRowsPerPass] inputs, then results (on first use)
     DecodeSlots decode_slots_;                // host staging and results of the decode steps in flight
     bool steps_ahead_ = true;                 // KVLM_CUDA_STEPS_AHEAD=0: chains_decode_steps says no
     bool transfer_stats_ = false;             // KVLM_CUDA_TRANSFERS=1: print the counters below at the end

@@ -25,8 +25,9 @@ void launch_dequantize_f16(void* out,      // [n_elements] f16
                            const void* w,  // [n_elements / 32] blocks in dtype
                            DType dtype, int64_t n_elements, cudaStream_t stream);
 
-// sample.cu: the next token picked where the logits are, by the CPU sampler's rule (one thread block). Inputs
-// and result sit in device memory at fixed addresses, so the launch can end a captured decode graph.
+// sample.cu: the next token picked where the logits are, by the CPU sampler's rule (one thread block per
+// row). Inputs and result sit in device memory at fixed addresses, so the launch can end a captured decode
+// graph.
 constexpr int32_t kSampleMaxCandidates = 1024;  // a larger top-k, or more min-p survivors: the host samples
 constexpr int32_t kSampleMaxPenalty = 1024;     // distinct tokens the repetition penalty may list
 struct SampleInputs {
@@ -46,10 +47,12 @@ struct SampleResult {
     unsigned long long digest;  // order-independent 64-bit digest of the (penalized) logits
 };
 // step_token: in, the decode step's input token (for penalize_step_token); out, the chosen token (0 when none),
-// which is the input of a decode step enqueued behind this one before the host has seen the result.
-void launch_sample(float* logits,  // [n_vocab], penalized in place
+// which is the input of a decode step enqueued behind this one before the host has seen the result. Null for
+// n_rows > 1: row r's logits, inputs[r] and result[r] (rows of a forward_rows pass, which enqueue nothing
+// behind them).
+void launch_sample(float* logits,  // [n_rows, n_vocab], penalized in place
                    int32_t n_vocab, const SampleInputs* inputs, SampleResult* result, int32_t* step_token,
-                   cudaStream_t stream);
+                   cudaStream_t stream, int32_t n_rows = 1);
 
 // rmsnorm.cu: out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps). out may alias x.
 void launch_rmsnorm(float* out,           // [n, dim]

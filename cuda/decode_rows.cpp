@@ -15,6 +15,7 @@ void CudaBackend::forward_sequences(const SequenceInput* inputs, size_t n_inputs
         const SequenceInput& in = inputs[i];
         if (!in.table) throw_error("cuda backend: forward_sequences: sequence {} has no block table", i);
         check_forward(in.tokens, in.n_tokens, in.pos, *in.table);
+        if (in.outcome) *in.outcome = {};  // kNeedsHost unless its row samples below
     }
     forward_rows(inputs, n_inputs);
 }
@@ -28,13 +29,17 @@ void CudaBackend::forward_rows(const SequenceInput* inputs, size_t n_inputs) {
     std::vector<DecodeRow> rows;
     for (size_t i = 0; i < n_inputs; i++) {
         const SequenceInput& in = inputs[i];
+        // The last row picks the next token on the device when asked and the settings allow.
+        const bool sampled = in.logits && !in.all_logits && in.sample && in.outcome && samples_on_device(*in.sample);
         for (int32_t t = 0; t < in.n_tokens; t++) {
             float* dst = nullptr;
             if (in.logits && in.all_logits)
                 dst = in.logits + int64_t(t) * config_.n_vocab;
             else if (in.logits && t + 1 == in.n_tokens)
                 dst = in.logits;
-            rows.push_back({in.tokens[t], in.pos + t, int32_t(i), dst});
+            const bool last = t + 1 == in.n_tokens;
+            rows.push_back({in.tokens[t], in.pos + t, int32_t(i), dst, sampled && last ? in.sample : nullptr,
+                            sampled && last ? in.outcome : nullptr});
         }
     }
     const size_t pass_rows = size_t(std::min({kRowsPerPass, max_batch_, kLogitsRows}));
@@ -122,14 +127,68 @@ void CudaBackend::run_rows_pass(const SequenceInput* inputs, const DecodeRow* ro
     if (n_wanted > 0) {
         const GemvOutput head = gemv_output(logits_, weights_.output, nullptr, c.n_vocab);
         launch_gemv_tokens(&head, 1, h_, n_wanted, c.n_embd, nullptr, 0.0f, false, stream());
-        int32_t w = 0;
-        for (int32_t r = 0; r < n; r++) {
-            if (!rows[r].logits) continue;
-            CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w++) * c.n_vocab,
-                                       size_t(c.n_vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream()));
-        }
+        copy_back_rows(rows, n);
     }
     CUDA_CHECK(cudaStreamSynchronize(stream()));
+    finish_sampled_rows(rows, n);
+}
+
+// After the head GEMV of a pass (logits_ row w = the pass's w-th row that wants logits): the rows that
+// sample on the device pick their tokens there (sample.cu over each run of such rows; only their results
+// come back), the others' logits are copied back.
+void CudaBackend::copy_back_rows(const DecodeRow* rows, int32_t n) {
+    const int32_t n_vocab = config_.n_vocab;
+    SampleInputs* inputs_host = nullptr;
+    SampleResult* results_host = nullptr;
+    const auto sampled_run = [&](int32_t w0, int32_t count) {
+        launch_sample(logits_ + int64_t(w0) * n_vocab, n_vocab, sample_in_ + w0, sample_out_ + w0, nullptr, stream(),
+                      count);
+        CUDA_CHECK(cudaMemcpyAsync(results_host + w0, sample_out_ + w0, size_t(count) * sizeof(SampleResult),
+                                   cudaMemcpyDeviceToHost, stream()));
+    };
+    int32_t w = 0, run_start = -1;
+    for (int32_t r = 0; r < n; r++) {
+        if (!rows[r].logits) continue;
+        if (rows[r].sample) {
+            if (!rows_sample_host_)
+                rows_sample_host_ = std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * (sizeof(SampleInputs) + sizeof(SampleResult)));
+            inputs_host = reinterpret_cast<SampleInputs*>(rows_sample_host_->data());
+            results_host = reinterpret_cast<SampleResult*>(inputs_host + kRowsPerPass);
+            const size_t bytes = fill_sample_inputs(inputs_host + w, *rows[r].sample);
+            CUDA_CHECK(cudaMemcpyAsync(sample_in_ + w, inputs_host + w, bytes, cudaMemcpyHostToDevice, stream()));
+            if (run_start < 0) run_start = w;
+        } else {
+            if (run_start >= 0) sampled_run(run_start, w - run_start);
+            run_start = -1;
+            CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w) * n_vocab, size_t(n_vocab) * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream()));
+        }
+        w++;
+    }
+    if (run_start >= 0) sampled_run(run_start, w - run_start);
+}
+
+// With the pass done: each sampled row's outcome; a row the device handed back (more candidates than it
+// sorts) gets its logits, as they came, for the host's sampler.
+void CudaBackend::finish_sampled_rows(const DecodeRow* rows, int32_t n) {
+    const int32_t n_vocab = config_.n_vocab;
+    bool copied = false;
+    int32_t w = 0;
+    for (int32_t r = 0; r < n; r++) {
+        if (!rows[r].logits) continue;
+        if (rows[r].sample) {
+            const auto* results_host =
+                reinterpret_cast<const SampleResult*>(rows_sample_host_->data() + kRowsPerPass * sizeof(SampleInputs));
+            *rows[r].outcome = sample_outcome(results_host[w]);
+            if (rows[r].outcome->status == SampleOutcome::kNeedsHost) {
+                CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w) * n_vocab, size_t(n_vocab) * sizeof(float),
+                                           cudaMemcpyDeviceToHost, stream()));
+                copied = true;
+            }
+        }
+        w++;
+    }
+    if (copied) CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
 // The graph key of a pass shape, or -1 the first time it is seen; at most kMaxRowShapes shapes are

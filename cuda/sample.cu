@@ -73,13 +73,17 @@ __device__ int32_t block_exclusive_scan(int32_t v, int32_t* warp_totals, int32_t
     return before + inclusive - v;
 }
 
+// Block b picks row b's token: logits row b, inputs[b], result[b] (one row in a decode step, several in a
+// forward_rows pass, which has no step_token).
 __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t n_vocab, const SampleInputs* in,
                                                           SampleResult* result, int32_t* step_token) {
     __shared__ SampleShared s;
     wait_for_prior_kernel();  // the logits (and the inputs, uploaded before the step)
     allow_next_kernel();
+    logits += int64_t(blockIdx.x) * n_vocab, in += blockIdx.x, result += blockIdx.x;
     const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-    const int32_t input_token = *step_token;  // read by every thread before thread 0 overwrites it (after a barrier)
+    // Read by every thread before thread 0 overwrites it (after a barrier); without one, no input token to add.
+    const int32_t input_token = step_token ? *step_token : -1;
 
     // 0. The penalty list: the host's, plus the step's input token when the host could not list it (a step
     //    enqueued before the host had its input), unless it is listed already. Entry t is thread t's.
@@ -134,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
     }
     __syncthreads();
     if (t == 0) result->digest = digest, result->bad_index = -1, result->token = -1, result->probability = -1.0f;
-    if (t == 0) *step_token = 0;
+    if (t == 0 && step_token) *step_token = 0;
     if (bad_i < n_vocab) {
         if (t == 0) {
             result->status = isnan(logits[bad_i]) ? kSampleBadNan : kSampleBadInf;
@@ -161,7 +165,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
     };
     const float temperature = in->temperature;
     if (temperature <= 0.0f || n_vocab == 1) {
-        if (t == 0) result->token = best_i, result->status = kSampleOk, *step_token = best_i;
+        if (t == 0) {
+            result->token = best_i, result->status = kSampleOk;
+            if (step_token) *step_token = best_i;
+        }
         if (t == 0) result->probability = probability_of(best_i);
         return;
     }
@@ -305,15 +312,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
     result->token = token;
     result->status = kSampleOk;
     result->probability = probability_of(token);
-    *step_token = token;
+    if (step_token) *step_token = token;
 }
 
 }  // namespace
 
 void launch_sample(float* logits, int32_t n_vocab, const SampleInputs* inputs, SampleResult* result,
-                   int32_t* step_token, cudaStream_t stream) {
+                   int32_t* step_token, cudaStream_t stream, int32_t n_rows) {
     if (n_vocab <= 0) cuda_throw("launch_sample: n_vocab must be positive");
-    launch_kernel("sample_kernel", sample_kernel, 1, kThreads, 0, stream, logits, n_vocab, inputs, result, step_token);
+    if (n_rows < 1 || n_rows > 65535 || (step_token && n_rows != 1))
+        cuda_throw("launch_sample: 1 to 65535 rows, and one when there is a step token");
+    launch_kernel("sample_kernel", sample_kernel, n_rows, kThreads, 0, stream, logits, n_vocab, inputs, result,
+                  step_token);
 }
 
 }  // namespace kvlm

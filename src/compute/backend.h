@@ -88,15 +88,21 @@ public:
         const BlockTable* table = nullptr;
         float* logits = nullptr;
         bool all_logits = false;
+        // Optional, with logits and not all_logits: the next token picked where the logits are when
+        // samples_on_device(*sample) (decode_sample's rule): *outcome gets kToken or kBadLogit and `logits` is
+        // left unwritten; otherwise *outcome is kNeedsHost and the logits are in `logits` for the CPU sampler.
+        const SampleRequest* sample = nullptr;
+        SampleOutcome* outcome = nullptr;
     };
     // forward() of several sequences (distinct block tables, or shared blocks only before their writes) in
     // one call: a backend that batches runs all their rows through each weight matrix once, so N sequences
     // decoding together stream the weights once per step, not N times. Where exact_forward_tokens() > 0,
     // each token gets the logits bits of its own one-token step, however the sequences are batched.
-    // Default: forward() one by one.
+    // Default: forward() one by one, every outcome kNeedsHost.
     virtual void forward_sequences(const SequenceInput* inputs, size_t n_inputs) {
         for (size_t i = 0; i < n_inputs; i++) {
             const SequenceInput& in = inputs[i];
+            if (in.outcome) *in.outcome = {};
             forward(in.tokens, in.n_tokens, in.pos, *in.table, in.logits, in.all_logits);
         }
     }

@@ -21,6 +21,7 @@ struct Lane {
     Utf8StreamDecoder decoder;
     std::vector<float> logits;
     SampleRequest request;
+    SampleOutcome outcome;  // the step's token when the backend picked it where the logits are
     int32_t token = -1;
     bool running = true;
 };
@@ -110,6 +111,8 @@ std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<S
             in.pos = seq.table.n_tokens;
             in.table = &seq.table;
             in.logits = lane.logits.data();
+            in.sample = &lane.request;
+            in.outcome = &lane.outcome;
             inputs.push_back(in);
             stepping.push_back(&lane);
         }
@@ -125,9 +128,18 @@ std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<S
             seq.table.n_tokens += 1;
             lane->result.has_pending_token = false;
             cache.commit(seq);
-            lane->result.logits_hash = XXH3_64bits_withSeed(lane->logits.data(), lane->logits.size() * sizeof(float),
-                                                            lane->result.logits_hash);
-            lane->token = lane->sampler->sample(lane->logits.data(), n_vocab, lane->request, seq.tokens.size());
+            // As decode(): the device's pick (its logits digest in the hash chain), or the host's sampler.
+            GenerationResult& result = lane->result;
+            const SampleOutcome& out = lane->outcome;
+            if (out.status == SampleOutcome::kNeedsHost) {
+                result.logits_hash = XXH3_64bits_withSeed(lane->logits.data(), lane->logits.size() * sizeof(float),
+                                                          result.logits_hash);
+                lane->token = lane->sampler->sample(lane->logits.data(), n_vocab, lane->request, seq.tokens.size());
+            } else {
+                result.logits_hash = XXH3_64bits_withSeed(&out.logits_digest, sizeof(out.logits_digest), result.logits_hash);
+                if (out.status == SampleOutcome::kBadLogit) throw_bad_logit(out.bad_is_nan, out.bad_index, seq.tokens.size());
+                lane->token = out.token;
+            }
         }
     }
     std::vector<GenerationResult> results;

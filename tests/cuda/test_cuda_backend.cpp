@@ -341,6 +341,102 @@ TEST_CASE("cuda backend: batched decode rows give every token the bits of its on
     }
 }
 
+TEST_CASE("cuda backend: sequences sampled side by side on the device pick what decode_sample picks, and hand back what it cannot sort") {
+    if (!have_cuda()) return;
+    ModelConfig config = small_random_config();
+    config.n_vocab = 3000;  // past the sort's 1024 candidates
+    auto m = make_random_model(config, DType::f32, 12);
+    // One sequence per setting: each step, all of them in one forward_sequences (rows) or each through
+    // decode_sample (single); sequence 1 asks for plain logits on odd steps (a row between sampled ones).
+    struct Setting { const char* name; float temp; int32_t top_k; float top_p, min_p, penalty; };
+    const Setting kSettings[] = {{"greedy", 0, 40, 0.95f, 0.05f, 1},
+                                 {"defaults", 0.8f, 40, 0.95f, 0.05f, 1.1f},
+                                 {"top-k off, min-p floor", 0.05f, 0, 1, 0.5f, 1},
+                                 {"top-k 2000: the host sorts", 0.8f, 2000, 0.9f, 0, 1}};
+    constexpr int kSeqs = 4, kBlock = 16, kSteps = 20;
+    BackendOptions options;
+    options.block_size = kBlock, options.kv_dtype = DType::f32, options.n_kv_blocks = kSeqs * 3;
+    auto single = make_cuda_backend(m->config, m->weights, options);
+    auto rows = make_cuda_backend(m->config, m->weights, options);
+    const int32_t n_vocab = config.n_vocab;
+    BlockTable tables[kSeqs];
+    std::vector<int32_t> history[kSeqs];
+    std::vector<Sampler> single_samplers, row_samplers;
+    int32_t single_token[kSeqs], row_token[kSeqs], n_device[kSeqs] = {};
+    std::vector<float> logits_single(static_cast<size_t>(n_vocab)), logits_rows[kSeqs];
+    for (int i = 0; i < kSeqs; i++) {
+        const Setting& c = kSettings[i];
+        SamplingParams params;
+        params.temperature = c.temp, params.top_k = c.top_k, params.top_p = c.top_p, params.min_p = c.min_p;
+        params.repeat_penalty = c.penalty, params.seed = uint64_t(70 + i);
+        single_samplers.emplace_back(params);
+        row_samplers.emplace_back(params);
+        tables[i].blocks = {3 * i + 2, 3 * i, 3 * i + 1};
+        history[i] = random_tokens(9 + i, n_vocab, uint32_t(30 + i));
+        logits_rows[i].resize(size_t(n_vocab));
+        single->forward(history[i].data(), int32_t(history[i].size()), 0, tables[i], logits_single.data());
+        rows->forward(history[i].data(), int32_t(history[i].size()), 0, tables[i], logits_rows[i].data());
+        single_token[i] = single_samplers[size_t(i)].sample(logits_single.data(), n_vocab, history[i]);
+        row_token[i] = row_samplers[size_t(i)].sample(logits_rows[i].data(), n_vocab, history[i]);
+        REQUIRE(single_token[i] == row_token[i]);
+    }
+    for (int step = 0; step < kSteps; step++) {
+        CAPTURE(step);
+        std::vector<Backend::SequenceInput> inputs(kSeqs);
+        SampleRequest requests[kSeqs];
+        SampleOutcome outcomes[kSeqs];
+        SampleOutcome expected[kSeqs];
+        for (int i = 0; i < kSeqs; i++) {
+            const int32_t pos = int32_t(history[i].size());
+            history[i].push_back(single_token[i]);
+            // decode_sample, one sequence at a time: the reference.
+            const SampleRequest single_request = single_samplers[size_t(i)].device_request(history[i], n_vocab);
+            expected[i] = single->decode_sample(single_token[i], pos, tables[i], single_request, logits_single.data());
+            if (expected[i].status == SampleOutcome::kNeedsHost)
+                single_token[i] = single_samplers[size_t(i)].sample(logits_single.data(), n_vocab, single_request, history[i].size());
+            else
+                single_token[i] = expected[i].token;
+            requests[i] = row_samplers[size_t(i)].device_request(history[i], n_vocab);
+            Backend::SequenceInput& in = inputs[size_t(i)];
+            in.tokens = &history[i].back(), in.n_tokens = 1, in.pos = pos, in.table = &tables[i];
+            in.logits = logits_rows[i].data();
+            outcomes[i].status = SampleOutcome::kBadLogit;  // overwritten by every forward_sequences
+            in.outcome = &outcomes[i];
+            if (!(i == 1 && step % 2 == 1)) in.sample = &requests[i];
+        }
+        rows->forward_sequences(inputs.data(), inputs.size());
+        for (int i = 0; i < kSeqs; i++) {
+            CAPTURE(i);
+            REQUIRE(outcomes[i].status != SampleOutcome::kBadLogit);
+            if (outcomes[i].status == SampleOutcome::kNeedsHost) {
+                row_token[i] = row_samplers[size_t(i)].sample(logits_rows[i].data(), n_vocab, requests[i], history[i].size());
+            } else {
+                n_device[i]++;
+                row_token[i] = outcomes[i].token;
+                CHECK(expected[i].status == SampleOutcome::kToken);
+                CHECK(outcomes[i].logits_digest == expected[i].logits_digest);  // the same logits, bit for bit
+            }
+            REQUIRE(row_token[i] == single_token[i]);
+        }
+    }
+    CHECK(n_device[0] == kSteps);
+    CHECK(n_device[1] == kSteps / 2);  // its odd steps asked for logits
+    MESSAGE("top-k off, min-p floor: " << n_device[2] << " of " << kSteps << " steps sampled on the device");
+    CHECK(n_device[2] > 0);
+    CHECK(n_device[3] == 0);
+
+    // The CPU backend samples nothing itself: every outcome says so.
+    auto cpu = make_cpu_backend(m->config, m->weights, options);
+    Backend::SequenceInput in;
+    SampleRequest request = row_samplers[0].device_request(history[0], n_vocab);
+    SampleOutcome outcome;
+    outcome.status = SampleOutcome::kToken;
+    in.tokens = history[0].data(), in.n_tokens = 4, in.pos = 0, in.table = &tables[0];
+    in.logits = logits_rows[0].data(), in.sample = &request, in.outcome = &outcome;
+    cpu->forward_sequences(&in, 1);
+    CHECK(outcome.status == SampleOutcome::kNeedsHost);
+}
+
 TEST_CASE("cuda backend: KV blocks round trip and move between backends") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 9);
