@@ -116,7 +116,7 @@ test-cuda-emu-smoke:
 	+$(MAKE) test-gpu-script-emu
 
 # tools/gpu_session.sh's smoke and tests stages over the emulator, with a few cases each, and its peer stage
-# with a stand-in llama-bench on a tiny shape, so the script that a lent GPU runs is known to work before one
+# with a stand-in llama-bench and its tune stage on a tiny shape, so the script that a lent GPU runs is known to work before one
 # does (needs stories260K and the tokenizers from the test data).
 GPU_SCRIPT_DATA := $(or $(KVLM_TEST_DATA),$(abspath ../shared/models))
 GPU_SCRIPT_OUT  := $(EMU_BUILD)/gpu-script
@@ -140,7 +140,13 @@ test-gpu-script-emu: $(EMU_BIN) $(EMU_KVLM)
 	  KVLM_GPU_PEER_TESTS="-p 8 -n 4 -r 1" bash tools/gpu_session.sh peer > $(GPU_SCRIPT_OUT)-peer.log 2>&1; \
 	tail -1 $(GPU_SCRIPT_OUT)-peer.log; \
 	grep -q "^VERDICT peer: PASS | .*synthetic-peer_shape-q4_0 tg4 " $(GPU_SCRIPT_OUT)-peer.log || \
-	  { cat $(GPU_SCRIPT_OUT)-peer.log; exit 1; }
+	  { cat $(GPU_SCRIPT_OUT)-peer.log; exit 1; }; \
+	KVLM_CUDA_EMU=1 OUT=$(GPU_SCRIPT_OUT) KVLM_GPU_MODELS=$(GPU_SCRIPT_OUT)/models KVLM_GPU_DATA=$(GPU_SCRIPT_DATA) \
+	  KVLM_GPU_KVLM=$(EMU_KVLM) KVLM_GPU_TUNE_MODELS="$(abspath tests/data/peer_shape):smollm2:q4_0" \
+	  KVLM_GPU_TUNE_RULES="0:0:auto 128:4:1" KVLM_GPU_TUNE_TESTS="-p 0 -n 2 -d 130 -r 1" \
+	  bash tools/gpu_session.sh tune > $(GPU_SCRIPT_OUT)-tune.log 2>&1; \
+	tail -1 $(GPU_SCRIPT_OUT)-tune.log; \
+	grep -q "^VERDICT tune: PASS | 2 rule rows" $(GPU_SCRIPT_OUT)-tune.log || { cat $(GPU_SCRIPT_OUT)-tune.log; exit 1; }
 
 $(EMU_BIN): $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o) $(EMU_OBJ) $(EMU_SRC_LIB)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)

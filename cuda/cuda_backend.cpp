@@ -23,6 +23,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
 
     upload_weights(weights, show_progress);
     allocate_scratch();
+    const std::string attention_rules = set_attention_rules(options);
     // --kv-mem N%: the pool takes that share of what the weights and scratch left free.
     size_t free_bytes = 0, total_bytes = 0;
     if (options.kv_mem_fraction > 0) CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -35,13 +36,41 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
     transfer_stats_ = options.cuda_transfer_stats;
     steps_ahead_ = options.cuda_steps_ahead;
     use_graphs_ = options.cuda_graphs && fused_decode_ && !profile_;
-    name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{}{})", prop_.name, prop_.multiProcessorCount,
+    name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{}{}{})", prop_.name, prop_.multiProcessorCount,
                         double(prop_.totalGlobalMem) / kGiB,
                         use_graphs_     ? ", decode in CUDA graphs"
                         : profile_      ? ", decode profiled: CUDA graphs off"
                         : fused_decode_ ? ", CUDA graphs off"
                                         : "",
-                        programmatic_launches_on_device() ? ", programmatic launches" : "");
+                        programmatic_launches_on_device() ? ", programmatic launches" : "", attention_rules);
+}
+
+// BackendOptions::cuda_attn_*: attention's launch rules other than the defaults (a tuning sweep's); returns
+// them for the device line ("" when all are the defaults).
+std::string CudaBackend::set_attention_rules(const BackendOptions& options) {
+    std::string rules;
+    if (options.cuda_attn_split_keys != 0) {
+        if (options.cuda_attn_split_keys < 128 || options.cuda_attn_split_keys % 128 != 0)
+            throw_error("cuda backend: attention split keys {} must be a positive multiple of 128 "
+                        "(KVLM_CUDA_ATTN_SPLIT_KEYS)", options.cuda_attn_split_keys);
+        attention_.min_split_keys = options.cuda_attn_split_keys;
+        rules += fmt::format(", attention split past {} keys", attention_.min_split_keys);
+    }
+    if (options.cuda_attn_fill_per_sm != 0) {
+        if (options.cuda_attn_fill_per_sm < 1 || options.cuda_attn_fill_per_sm > 64)
+            throw_error("cuda backend: attention blocks per multiprocessor {} must be 1 to 64 (KVLM_CUDA_ATTN_FILL)",
+                        options.cuda_attn_fill_per_sm);
+        attention_.fill_per_sm = options.cuda_attn_fill_per_sm;
+        rules += fmt::format(", attention fill {} per SM", attention_.fill_per_sm);
+    }
+    if (options.cuda_attn_one_head != -1) {
+        if (options.cuda_attn_one_head != 0 && options.cuda_attn_one_head != 1)
+            throw_error("cuda backend: attention one-head rule {} must be 0, 1 or auto (KVLM_CUDA_ATTN_ONE_HEAD)",
+                        options.cuda_attn_one_head);
+        attention_.one_head = options.cuda_attn_one_head;
+        rules += attention_.one_head ? ", attention a block per head" : ", attention a block per group";
+    }
+    return rules;
 }
 
 CudaBackend::~CudaBackend() {

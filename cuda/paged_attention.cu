@@ -50,7 +50,6 @@ constexpr int kLaneSlots = 8;                        // row elements per lane in
 template <int MaxHeads>
 constexpr int kLoadBatch = MaxHeads == 1 ? 8 : 4;
 constexpr int kPartialStride = kCudaMaxHeadDim + 2;  // floats per partial row: acc, max, sum
-constexpr int32_t kMinKeysPerSplit = 256;            // shorter contexts are not split
 constexpr int32_t kMaxSplits = 1024;
 static_assert(kLaneSlots * 32 >= kCudaMaxHeadDim, "a K row must fit in one warp's lane slots");
 // The key groups' accumulators of one head (at most kAttnThreads units of 8 elements) are summed in q_s.
@@ -494,7 +493,8 @@ void launch_attention_kernel(const dim3& grid, bool vec, const AttnGeometry& geo
 template <typename T>
 void launch_attention_kernel(float* out, float* partials, const float* q, const T* kv, const KvLayout& layout,
                              int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
-                             int32_t n_heads, int32_t n_splits, int32_t keys_per_split, int32_t n_sms, float scale,
+                             int32_t n_heads, int32_t n_splits, int32_t keys_per_split, int32_t n_sms,
+                             int32_t one_head_rule, float scale,
                              const int32_t* row_tables, cudaStream_t stream) {
     // 16-byte loads when every K/V row starts 16-byte aligned: rows start at multiples of head_dim elements.
     // q8_0: units of 8 elements of a block; its rows are whole blocks (check_attention_args).
@@ -503,7 +503,7 @@ void launch_attention_kernel(float* out, float* partials, const float* q, const 
     const int32_t unit_elements = vec ? kVecUnitElements<T> : 1;
     const int32_t group = n_heads / layout.n_kv_heads;
     const int64_t grouped_blocks = int64_t(n_splits) * n * layout.n_kv_heads * head_chunks(group);
-    const bool one_head = group > 1 && grouped_blocks < n_sms;
+    const bool one_head = group > 1 && (one_head_rule < 0 ? grouped_blocks < n_sms : one_head_rule == 1);
     const AttnGeometry geo = attention_geometry(layout.head_dim, n_heads, layout.n_kv_heads, unit_elements, one_head);
     // grid.y = n_kv_heads * head_chunks <= n_heads <= 65535.
     const dim3 grid(unsigned(n_splits), unsigned(layout.n_kv_heads * geo.head_chunks), unsigned(n));
@@ -527,7 +527,8 @@ void launch_attention(float* out, const float* q, const void* kv, const KvLayout
     KVLM_DISPATCH_KV_DTYPE(layout.dtype, T,
                         launch_attention_kernel<T>(out, scratch.partials, q, static_cast<const T*>(kv), layout,
                                                    layer, block_table, positions, n, n_heads, n_splits,
-                                                   keys_per_split, n_sms, scale, row_tables, stream));
+                                                   keys_per_split, n_sms, scratch.one_head, scale, row_tables,
+                                                   stream));
     if (n_splits > 1)
         launch_kernel("attention_combine_kernel", attention_combine_kernel, dim3(unsigned(n_heads), unsigned(n)), 128, 0,
                       stream, out, static_cast<const float*>(scratch.partials), n_heads, layout.head_dim, n_splits);
@@ -538,15 +539,16 @@ void launch_attention(float* out, const float* q, const void* kv, const KvLayout
 int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t max_keys, int32_t n_sms,
                                     const AttentionScratch& scratch) {
     if (n <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || max_keys < 1) return 1;
-    // Split only long contexts, only as far as needed to give every multiprocessor ~2 blocks (a split runs
+    // Split only long contexts, only as far as needed to give every multiprocessor ~fill_per_sm blocks (a split runs
     // n * n_kv_heads * head_chunks of them), and only as far as the scratch holds (n * n_heads partial rows
     // per split).
     const int64_t rows = int64_t(n) * n_heads;
     const int64_t blocks = int64_t(n) * n_kv_heads * head_chunks(n_heads / n_kv_heads);
     int64_t n_splits = 1;
-    if (scratch.partials && max_keys > kMinKeysPerSplit) {
-        int64_t want = (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
-        int64_t fill = (2 * int64_t(n_sms) + blocks - 1) / blocks;
+    const int64_t min_keys = scratch.min_split_keys;
+    if (scratch.partials && max_keys > min_keys) {
+        int64_t want = (max_keys + min_keys - 1) / min_keys;
+        int64_t fill = (int64_t(scratch.fill_per_sm) * n_sms + blocks - 1) / blocks;
         n_splits = std::min({want, fill, scratch.max_rows / rows, int64_t(kMaxSplits)});
         n_splits = std::max<int64_t>(n_splits, 1);
     }

@@ -11,6 +11,7 @@
 #   bash tools/gpu_session.sh cpu      # ~3 min: CPU decode and prefill from 1 to all cores (the dev VMs have 2)
 #   bash tools/gpu_session.sh peer     # llama.cpp's llama-bench beside kvlm bench, same GPU, same weights (carry .carry-peer too)
 #   bash tools/gpu_session.sh peer8b   # the same for the Llama-3-8B shape in bf16
+#   bash tools/gpu_session.sh tune     # ~2 min: attention's launch rules swept at depths 1024 and 4096 (1B bf16/q4_0, SmolLM2)
 # Times are session 15's on an H200 (bench/RESULTS.md, "GPU"); docs/CUDA.md says what to do with each verdict.
 # Converted models stay in $KVLM_GPU_MODELS (default /tmp/kvlm-models) while the machine is warm.
 # `make test-gpu-script-emu` runs the smoke and tests stages over the CPU emulator (KVLM_CUDA_EMU=1, with
@@ -344,6 +345,39 @@ stage_peer8b() {
     return $rc
 }
 
+# Attention's launch rules swept (KVLM_CUDA_ATTN_SPLIT_KEYS:_FILL:_ONE_HEAD, docs/CUDA.md; 0 and auto are the
+# defaults): on session 25's H100 the 1B shape decoded at depth 4096 at 0.93x llama.cpp's rate in bf16 and
+# 0.79x in q4_0, where the attention over 4,096 keys weighs most. One row per model and rule set with its
+# tg rate at each depth; make the best rules the defaults (AttentionScratch in cuda/cuda_ops.h).
+# KVLM_GPU_TUNE_MODELS (SHAPE:TOKENIZER:DTYPE ...), KVLM_GPU_TUNE_RULES and KVLM_GPU_TUNE_TESTS run it small.
+stage_tune() {
+    header tune
+    local models=${KVLM_GPU_TUNE_MODELS:-"llama-3.2-1b:llama3:bf16 llama-3.2-1b:llama3:q4_0 smollm2-135m:smollm2:bf16"}
+    local rules=${KVLM_GPU_TUNE_RULES:-"0:0:auto 128:2:auto 128:4:auto 128:8:auto 256:4:auto 256:8:auto 128:4:0 128:8:0 256:4:0 128:4:1 256:4:1"}
+    local tests=${KVLM_GPU_TUNE_TESTS:-"-p 0 -n 64 -d 1024,4096 -r 2"}
+    local spec shape tok dtype m rule split fill one bench_out
+    {
+        echo "| model | split past keys | blocks per SM | a block per head | tg t/s at each depth |"
+        echo "| --- | ---: | ---: | --- | --- |"
+        for spec in $models; do
+            IFS=: read -r shape tok dtype <<<"$spec"
+            m=$(synthetic "$shape" "$tok" "$dtype") || { fail "convert $spec"; continue; }
+            for rule in $rules; do
+                IFS=: read -r split fill one <<<"$rule"
+                # shellcheck disable=SC2086
+                bench_out=$(KVLM_CUDA_ATTN_SPLIT_KEYS=$split KVLM_CUDA_ATTN_FILL=$fill KVLM_CUDA_ATTN_ONE_HEAD=$one \
+                    timeout 120 "$KVLM" bench -m "$m" --device cuda $tests --kv-dtype bf16 --no-scenarios 2>&1) ||
+                    { echo "FAILED: tune $spec $rule: $(echo "$bench_out" | tail -1)"; continue; }
+                echo "| $(basename "$m" .kvlm) | $split | $fill | $one | $(echo "$bench_out" |
+                    awk -F'|' '$6 ~ / tg[0-9]+/ {gsub(/^ +| +$/, "", $6); gsub(/ /, "", $7); printf "%s%s: %s", sep, $6, $7; sep="; "}') |"
+            done
+        done
+    } 2>&1 | tee "$OUT/tune.md"
+    local line  # the block ran in a pipeline's subshell: its failures come back through the log
+    while read -r line; do FAILS+=("${line#FAILED: }"); done < <(grep '^FAILED: ' "$OUT/tune.md")
+    verdict tune "$(grep -c '^| synthetic' "$OUT/tune.md") rule rows in $OUT/tune.md (0 = the default split keys or fill)"
+}
+
 case "${1:-}" in
 smoke) stage_smoke ;;
 tests) stage_tests ;;
@@ -353,5 +387,6 @@ hf) stage_hf ;;
 cpu) stage_cpu ;;
 peer) stage_peer ;;
 peer8b) stage_peer8b ;;
-*) echo "usage: $0 smoke|tests|bench|bench8b|hf|cpu|peer|peer8b" >&2; exit 2 ;;
+tune) stage_tune ;;
+*) echo "usage: $0 smoke|tests|bench|bench8b|hf|cpu|peer|peer8b|tune" >&2; exit 2 ;;
 esac

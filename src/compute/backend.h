@@ -30,6 +30,12 @@ struct BackendOptions {
     bool cuda_steps_ahead = true;  // CUDA: queue each decode step behind the one before (KVLM_CUDA_STEPS_AHEAD=0: not)
     // CUDA: let each kernel start while the one before it finishes (Hopper+; KVLM_CUDA_PDL=0 turns off)
     bool cuda_programmatic_launches = true;
+    // CUDA attention's launch rules, for a GPU session's sweep (AttentionScratch in cuda/cuda_ops.h; 0 / -1:
+    // the defaults): split contexts longer than this many keys (a multiple of 128), into splits enough for
+    // this many blocks per multiprocessor; a block per query head: 1 always, 0 never, -1 on a small grid.
+    int32_t cuda_attn_split_keys = 0;
+    int32_t cuda_attn_fill_per_sm = 0;
+    int32_t cuda_attn_one_head = -1;
     // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
     // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
     double kv_mem_fraction = 0;

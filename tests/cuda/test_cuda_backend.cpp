@@ -437,6 +437,46 @@ TEST_CASE("cuda backend: sequences sampled side by side on the device pick what 
     CHECK(outcome.status == SampleOutcome::kNeedsHost);
 }
 
+TEST_CASE("cuda backend: attention's launch rules (a tuning sweep's) keep decode close to the CPU and rows equal to steps") {
+    if (!have_cuda()) return;
+    auto m = make_random_model(small_random_config(), DType::f32, 31);
+    const int32_t n_vocab = m->config.n_vocab, kPrompt = 200, kSteps = 3, kBlock = 16;
+    const auto tokens = random_tokens(kPrompt + kSteps, n_vocab, 8);
+    struct Rules { int32_t split_keys, fill, one_head; const char* in_name; };
+    const Rules kRules[] = {{128, 8, -1, "attention split past 128 keys, attention fill 8 per SM"},
+                            {128, 1, 0, "attention a block per group"},
+                            {0, 0, 1, "attention a block per head"}};
+    for (const Rules& r : kRules) {
+        CAPTURE(r.in_name);
+        BackendOptions options;
+        options.block_size = kBlock, options.kv_dtype = DType::f32, options.n_kv_blocks = 2 * 14;
+        options.cuda_attn_split_keys = r.split_keys, options.cuda_attn_fill_per_sm = r.fill;
+        options.cuda_attn_one_head = r.one_head;
+        auto cpu = make_cpu_backend(m->config, m->weights, options);
+        auto steps = make_cuda_backend(m->config, m->weights, options);
+        auto rows = make_cuda_backend(m->config, m->weights, options);
+        CHECK(steps->name().find(r.in_name) != std::string::npos);
+        BlockTable table;
+        for (int32_t b = 0; b < 14; b++) table.blocks.push_back(27 - 2 * b);
+        std::vector<float> want(static_cast<size_t>(n_vocab)), got(want.size()), rows_logits(size_t(kSteps) * n_vocab);
+        for (Backend* b : {cpu.get(), steps.get(), rows.get()}) b->forward(tokens.data(), kPrompt, 0, table, want.data());
+        rows->forward(&tokens[kPrompt], kSteps, kPrompt, table, rows_logits.data(), /*all_logits=*/true);
+        for (int32_t i = 0; i < kSteps; i++) {
+            const int32_t pos = kPrompt + i;
+            cpu->forward(&tokens[size_t(pos)], 1, pos, table, want.data());
+            steps->forward(&tokens[size_t(pos)], 1, pos, table, got.data());
+            check_close(got, want, 1e-4f, 1e-4f, "decode at " + std::to_string(pos));
+            CHECK(std::memcmp(got.data(), &rows_logits[size_t(i) * n_vocab], got.size() * sizeof(float)) == 0);
+        }
+    }
+    BackendOptions bad;
+    bad.n_kv_blocks = 4, bad.cuda_attn_split_keys = 100;
+    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad),
+                         doctest::Contains("attention split keys 100 must be a positive multiple of 128"), Error);
+    bad.cuda_attn_split_keys = 0, bad.cuda_attn_one_head = 2;
+    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad), doctest::Contains("must be 0, 1 or auto"), Error);
+}
+
 TEST_CASE("cuda backend: KV blocks round trip and move between backends") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 9);
