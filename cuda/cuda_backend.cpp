@@ -246,6 +246,7 @@ void CudaBackend::allocate_scratch() {
     logits_ = arena_.alloc<float>(size_t(std::min(max_batch_, kLogitsRows)) * c.n_vocab, "the logits buffer");
     sample_in_ = arena_.alloc<SampleInputs>(size_t(kRowsPerPass), "the sampler's inputs");
     sample_out_ = arena_.alloc<SampleResult>(size_t(kRowsPerPass), "the sampler's results");
+    rows_sample_host_ = std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * (sizeof(SampleInputs) + sizeof(SampleResult)));
     attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;
     attention_.partials = arena_.alloc<float>(size_t(attention_.max_rows) * (kCudaMaxHeadDim + 2), "attention scratch");
     std::vector<float> inv_freq(size_t(c.head_dim / 2));

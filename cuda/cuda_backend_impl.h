@@ -248,7 +248,11 @@ private:
     std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
     SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample: [0]; forward_rows: [kRowsPerPass])
     SampleResult* sample_out_ = nullptr;      // device: their results
-    std::unique_ptr<PinnedBuffer> rows_sample_host_;  // forward_rows: [kRowsPerPass] inputs, then results (on first use)
+    std::unique_ptr<PinnedBuffer> rows_sample_host_;  // forward_rows: [kRowsPerPass] inputs, then results
+    SampleInputs* rows_sample_inputs_host() const { return reinterpret_cast<SampleInputs*>(rows_sample_host_->data()); }
+    SampleResult* rows_sample_results_host() const {
+        return reinterpret_cast<SampleResult*>(rows_sample_inputs_host() + kRowsPerPass);
+    }
     DecodeSlots decode_slots_;                // host staging and results of the decode steps in flight
     bool steps_ahead_ = true;                 // KVLM_CUDA_STEPS_AHEAD=0: chains_decode_steps says no
     bool transfer_stats_ = false;             // KVLM_CUDA_TRANSFERS=1: print the counters below at the end

@@ -138,8 +138,8 @@ void CudaBackend::run_rows_pass(const SequenceInput* inputs, const DecodeRow* ro
 // come back), the others' logits are copied back.
 void CudaBackend::copy_back_rows(const DecodeRow* rows, int32_t n) {
     const int32_t n_vocab = config_.n_vocab;
-    SampleInputs* inputs_host = nullptr;
-    SampleResult* results_host = nullptr;
+    SampleInputs* inputs_host = rows_sample_inputs_host();
+    SampleResult* results_host = rows_sample_results_host();
     const auto sampled_run = [&](int32_t w0, int32_t count) {
         launch_sample(logits_ + int64_t(w0) * n_vocab, n_vocab, sample_in_ + w0, sample_out_ + w0, nullptr, stream(),
                       count);
@@ -150,10 +150,6 @@ void CudaBackend::copy_back_rows(const DecodeRow* rows, int32_t n) {
     for (int32_t r = 0; r < n; r++) {
         if (!rows[r].logits) continue;
         if (rows[r].sample) {
-            if (!rows_sample_host_)
-                rows_sample_host_ = std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * (sizeof(SampleInputs) + sizeof(SampleResult)));
-            inputs_host = reinterpret_cast<SampleInputs*>(rows_sample_host_->data());
-            results_host = reinterpret_cast<SampleResult*>(inputs_host + kRowsPerPass);
             const size_t bytes = fill_sample_inputs(inputs_host + w, *rows[r].sample);
             CUDA_CHECK(cudaMemcpyAsync(sample_in_ + w, inputs_host + w, bytes, cudaMemcpyHostToDevice, stream()));
             if (run_start < 0) run_start = w;
@@ -172,13 +168,12 @@ void CudaBackend::copy_back_rows(const DecodeRow* rows, int32_t n) {
 // sorts) gets its logits, as they came, for the host's sampler.
 void CudaBackend::finish_sampled_rows(const DecodeRow* rows, int32_t n) {
     const int32_t n_vocab = config_.n_vocab;
+    const SampleResult* results_host = rows_sample_results_host();
     bool copied = false;
     int32_t w = 0;
     for (int32_t r = 0; r < n; r++) {
         if (!rows[r].logits) continue;
         if (rows[r].sample) {
-            const auto* results_host =
-                reinterpret_cast<const SampleResult*>(rows_sample_host_->data() + kRowsPerPass * sizeof(SampleInputs));
             *rows[r].outcome = sample_outcome(results_host[w]);
             if (rows[r].outcome->status == SampleOutcome::kNeedsHost) {
                 CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w) * n_vocab, size_t(n_vocab) * sizeof(float),
