@@ -484,7 +484,9 @@ void launch_attention_kernel(const dim3& grid, bool vec, const AttnGeometry& geo
                       keys_per_split, scale, row_tables);
         return;
     }
-    if constexpr (!kIsQ8Kv<T>)  // a q8_0 row is whole blocks, always read in vector units
+    if constexpr (kIsQ8Kv<T>)  // its rows are whole blocks, always read in vector units
+        cuda_throw("paged attention: a q8_0 pool without vector units");
+    else
         launch_kernel("paged_attention_kernel", paged_attention_kernel<T, false, MaxHeads>, grid, kAttnThreads, 0,
                       stream, out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo,
                       keys_per_split, scale, row_tables);
@@ -539,9 +541,9 @@ void launch_attention(float* out, const float* q, const void* kv, const KvLayout
 int32_t paged_attention_split_count(int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t max_keys, int32_t n_sms,
                                     const AttentionScratch& scratch) {
     if (n <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || max_keys < 1) return 1;
-    // Split only long contexts, only as far as needed to give every multiprocessor ~fill_per_sm blocks (a split runs
-    // n * n_kv_heads * head_chunks of them), and only as far as the scratch holds (n * n_heads partial rows
-    // per split).
+    // Split only contexts longer than min_split_keys, only as far as needed to give every multiprocessor
+    // ~fill_per_sm blocks (a split runs n * n_kv_heads * head_chunks of them), and only as far as the scratch
+    // holds (n * n_heads partial rows per split).
     const int64_t rows = int64_t(n) * n_heads;
     const int64_t blocks = int64_t(n) * n_kv_heads * head_chunks(n_heads / n_kv_heads);
     int64_t n_splits = 1;
