@@ -51,8 +51,10 @@ std::string CudaBackend::set_attention_rules(const BackendOptions& options) {
     std::string rules;
     if (options.cuda_attn_split_keys != 0) {
         if (options.cuda_attn_split_keys < 128 || options.cuda_attn_split_keys % 128 != 0)
-            throw_error("cuda backend: attention split keys {} must be a positive multiple of 128 "
-                        "(KVLM_CUDA_ATTN_SPLIT_KEYS)", options.cuda_attn_split_keys);
+            throw_error(
+                "cuda backend: attention split keys {} must be a positive multiple of 128 "
+                "(KVLM_CUDA_ATTN_SPLIT_KEYS)",
+                options.cuda_attn_split_keys);
         attention_.min_split_keys = options.cuda_attn_split_keys;
         rules += fmt::format(", attention split past {} keys", attention_.min_split_keys);
     }
@@ -246,7 +248,8 @@ void CudaBackend::allocate_scratch() {
     logits_ = arena_.alloc<float>(size_t(std::min(max_batch_, kLogitsRows)) * c.n_vocab, "the logits buffer");
     sample_in_ = arena_.alloc<SampleInputs>(size_t(kRowsPerPass), "the sampler's inputs");
     sample_out_ = arena_.alloc<SampleResult>(size_t(kRowsPerPass), "the sampler's results");
-    rows_sample_host_ = std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * (sizeof(SampleInputs) + sizeof(SampleResult)));
+    rows_sample_host_ =
+        std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * (sizeof(SampleInputs) + sizeof(SampleResult)));
     attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;
     attention_.partials = arena_.alloc<float>(size_t(attention_.max_rows) * (kCudaMaxHeadDim + 2), "attention scratch");
     std::vector<float> inv_freq(size_t(c.head_dim / 2));

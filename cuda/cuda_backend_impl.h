@@ -246,8 +246,8 @@ private:
     std::map<std::vector<int32_t>, int64_t> rows_graph_keys_;  // -1: seen once, no graph yet
     int64_t next_rows_graph_key_ = 0;
     std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
-    SampleInputs* sample_in_ = nullptr;       // device: this step's sampler inputs (decode_sample: [0]; forward_rows: [kRowsPerPass])
-    SampleResult* sample_out_ = nullptr;      // device: their results
+    SampleInputs* sample_in_ = nullptr;               // device: sampler inputs (decode_sample [0], forward_rows all)
+    SampleResult* sample_out_ = nullptr;              // device: their results ([kRowsPerPass] each)
     std::unique_ptr<PinnedBuffer> rows_sample_host_;  // forward_rows: [kRowsPerPass] inputs, then results
     SampleInputs* rows_sample_inputs_host() const { return reinterpret_cast<SampleInputs*>(rows_sample_host_->data()); }
     SampleResult* rows_sample_results_host() const {

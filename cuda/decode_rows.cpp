@@ -176,8 +176,8 @@ void CudaBackend::finish_sampled_rows(const DecodeRow* rows, int32_t n) {
         if (rows[r].sample) {
             *rows[r].outcome = sample_outcome(results_host[w]);
             if (rows[r].outcome->status == SampleOutcome::kNeedsHost) {
-                CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w) * n_vocab, size_t(n_vocab) * sizeof(float),
-                                           cudaMemcpyDeviceToHost, stream()));
+                CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w) * n_vocab,
+                                           size_t(n_vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream()));
                 copied = true;
             }
         }

@@ -128,8 +128,9 @@ struct RowFrag {
         for (int i = 0; i < N; i++) {
             const int u = first + i * stride;
             if constexpr (Vec && kIsQ8Kv<T>)
-                raw[i] = u < units ? load_q8_unit(reinterpret_cast<const uint8_t*>(kv_at(kv, row + int64_t(u) * 8)), u & 3)
-                                   : make_uint4(0, 0, 0, 0);
+                raw[i] = u < units
+                             ? load_q8_unit(reinterpret_cast<const uint8_t*>(kv_at(kv, row + int64_t(u) * 8)), u & 3)
+                             : make_uint4(0, 0, 0, 0);
             else if constexpr (Vec)
                 raw[i] = u < units ? load_streaming16<true>(reinterpret_cast<const uint4*>(kv + row) + u) : make_uint4(0, 0, 0, 0);
             else
@@ -480,28 +481,27 @@ void launch_attention_kernel(const dim3& grid, bool vec, const AttnGeometry& geo
                              int32_t keys_per_split, float scale, const int32_t* row_tables, cudaStream_t stream) {
     if (vec) {
         launch_kernel("paged_attention_kernel", paged_attention_kernel<T, true, MaxHeads>, grid, kAttnThreads, 0,
-                      stream, out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo,
-                      keys_per_split, scale, row_tables);
+                      stream, out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split,
+                      scale, row_tables);
         return;
     }
     if constexpr (kIsQ8Kv<T>)  // its rows are whole blocks, always read in vector units
         cuda_throw("paged attention: a q8_0 pool without vector units");
     else
         launch_kernel("paged_attention_kernel", paged_attention_kernel<T, false, MaxHeads>, grid, kAttnThreads, 0,
-                      stream, out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo,
-                      keys_per_split, scale, row_tables);
+                      stream, out, partials, q, kv, layout, layer, block_table, positions, n_heads, geo, keys_per_split,
+                      scale, row_tables);
 }
 
 template <typename T>
 void launch_attention_kernel(float* out, float* partials, const float* q, const T* kv, const KvLayout& layout,
                              int32_t layer, const int32_t* block_table, const int32_t* positions, int32_t n,
                              int32_t n_heads, int32_t n_splits, int32_t keys_per_split, int32_t n_sms,
-                             int32_t one_head_rule, float scale,
-                             const int32_t* row_tables, cudaStream_t stream) {
+                             int32_t one_head_rule, float scale, const int32_t* row_tables, cudaStream_t stream) {
     // 16-byte loads when every K/V row starts 16-byte aligned: rows start at multiples of head_dim elements.
     // q8_0: units of 8 elements of a block; its rows are whole blocks (check_attention_args).
-    const bool vec = kIsQ8Kv<T> ||
-                     ((int64_t(layout.head_dim) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(kv) % 16 == 0);
+    const bool vec =
+        kIsQ8Kv<T> || ((int64_t(layout.head_dim) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(kv) % 16 == 0);
     const int32_t unit_elements = vec ? kVecUnitElements<T> : 1;
     const int32_t group = n_heads / layout.n_kv_heads;
     const int64_t grouped_blocks = int64_t(n_splits) * n * layout.n_kv_heads * head_chunks(group);
@@ -526,11 +526,11 @@ void launch_attention(float* out, const float* q, const void* kv, const KvLayout
                       int32_t n_splits, int32_t keys_per_split, int32_t n_sms, const AttentionScratch& scratch,
                       const int32_t* row_tables, cudaStream_t stream) {
     const float scale = 1.0f / std::sqrt(float(layout.head_dim));
-    KVLM_DISPATCH_KV_DTYPE(layout.dtype, T,
-                        launch_attention_kernel<T>(out, scratch.partials, q, static_cast<const T*>(kv), layout,
-                                                   layer, block_table, positions, n, n_heads, n_splits,
-                                                   keys_per_split, n_sms, scratch.one_head, scale, row_tables,
-                                                   stream));
+    KVLM_DISPATCH_KV_DTYPE(
+        layout.dtype, T,
+        launch_attention_kernel<T>(out, scratch.partials, q, static_cast<const T*>(kv), layout, layer, block_table,
+                                   positions, n, n_heads, n_splits, keys_per_split, n_sms, scratch.one_head, scale,
+                                   row_tables, stream));
     if (n_splits > 1)
         launch_kernel("attention_combine_kernel", attention_combine_kernel, dim3(unsigned(n_heads), unsigned(n)), 128, 0,
                       stream, out, static_cast<const float*>(scratch.partials), n_heads, layout.head_dim, n_splits);

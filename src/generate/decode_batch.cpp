@@ -132,12 +132,14 @@ std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<S
             GenerationResult& result = lane->result;
             const SampleOutcome& out = lane->outcome;
             if (out.status == SampleOutcome::kNeedsHost) {
-                result.logits_hash = XXH3_64bits_withSeed(lane->logits.data(), lane->logits.size() * sizeof(float),
-                                                          result.logits_hash);
+                result.logits_hash =
+                    XXH3_64bits_withSeed(lane->logits.data(), lane->logits.size() * sizeof(float), result.logits_hash);
                 lane->token = lane->sampler->sample(lane->logits.data(), n_vocab, lane->request, seq.tokens.size());
             } else {
-                result.logits_hash = XXH3_64bits_withSeed(&out.logits_digest, sizeof(out.logits_digest), result.logits_hash);
-                if (out.status == SampleOutcome::kBadLogit) throw_bad_logit(out.bad_is_nan, out.bad_index, seq.tokens.size());
+                result.logits_hash =
+                    XXH3_64bits_withSeed(&out.logits_digest, sizeof(out.logits_digest), result.logits_hash);
+                if (out.status == SampleOutcome::kBadLogit)
+                    throw_bad_logit(out.bad_is_nan, out.bad_index, seq.tokens.size());
                 lane->token = out.token;
             }
         }

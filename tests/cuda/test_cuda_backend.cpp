@@ -341,14 +341,21 @@ TEST_CASE("cuda backend: batched decode rows give every token the bits of its on
     }
 }
 
-TEST_CASE("cuda backend: sequences sampled side by side on the device pick what decode_sample picks, and hand back what it cannot sort") {
+TEST_CASE(
+    "cuda backend: sequences sampled side by side on the device pick what decode_sample picks, and hand back what it "
+    "cannot sort") {
     if (!have_cuda()) return;
     ModelConfig config = small_random_config();
     config.n_vocab = 3000;  // past the sort's 1024 candidates
     auto m = make_random_model(config, DType::f32, 12);
     // One sequence per setting: each step, all of them in one forward_sequences (rows) or each through
     // decode_sample (single); sequence 1 asks for plain logits on odd steps (a row between sampled ones).
-    struct Setting { const char* name; float temp; int32_t top_k; float top_p, min_p, penalty; };
+    struct Setting {
+        const char* name;
+        float temp;
+        int32_t top_k;
+        float top_p, min_p, penalty;
+    };
     const Setting kSettings[] = {{"greedy", 0, 40, 0.95f, 0.05f, 1},
                                  {"defaults", 0.8f, 40, 0.95f, 0.05f, 1.1f},
                                  {"top-k off, min-p floor", 0.05f, 0, 1, 0.5f, 1},
@@ -393,7 +400,8 @@ TEST_CASE("cuda backend: sequences sampled side by side on the device pick what 
             const SampleRequest single_request = single_samplers[size_t(i)].device_request(history[i], n_vocab);
             expected[i] = single->decode_sample(single_token[i], pos, tables[i], single_request, logits_single.data());
             if (expected[i].status == SampleOutcome::kNeedsHost)
-                single_token[i] = single_samplers[size_t(i)].sample(logits_single.data(), n_vocab, single_request, history[i].size());
+                single_token[i] =
+                    single_samplers[size_t(i)].sample(logits_single.data(), n_vocab, single_request, history[i].size());
             else
                 single_token[i] = expected[i].token;
             requests[i] = row_samplers[size_t(i)].device_request(history[i], n_vocab);
@@ -409,7 +417,8 @@ TEST_CASE("cuda backend: sequences sampled side by side on the device pick what 
             CAPTURE(i);
             REQUIRE(outcomes[i].status != SampleOutcome::kBadLogit);
             if (outcomes[i].status == SampleOutcome::kNeedsHost) {
-                row_token[i] = row_samplers[size_t(i)].sample(logits_rows[i].data(), n_vocab, requests[i], history[i].size());
+                row_token[i] =
+                    row_samplers[size_t(i)].sample(logits_rows[i].data(), n_vocab, requests[i], history[i].size());
             } else {
                 n_device[i]++;
                 row_token[i] = outcomes[i].token;
@@ -437,12 +446,16 @@ TEST_CASE("cuda backend: sequences sampled side by side on the device pick what 
     CHECK(outcome.status == SampleOutcome::kNeedsHost);
 }
 
-TEST_CASE("cuda backend: attention's launch rules (a tuning sweep's) keep decode close to the CPU and rows equal to steps") {
+TEST_CASE(
+    "cuda backend: attention's launch rules (a tuning sweep's) keep decode close to the CPU and rows equal to steps") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 31);
     const int32_t n_vocab = m->config.n_vocab, kPrompt = 200, kSteps = 3, kBlock = 16;
     const auto tokens = random_tokens(kPrompt + kSteps, n_vocab, 8);
-    struct Rules { int32_t split_keys, fill, one_head; const char* in_name; };
+    struct Rules {
+        int32_t split_keys, fill, one_head;
+        const char* in_name;
+    };
     const Rules kRules[] = {{128, 8, -1, "attention split past 128 keys, attention fill 8 per SM"},
                             {128, 1, 0, "attention a block per group"},
                             {0, 0, 1, "attention a block per head"}};
@@ -459,7 +472,8 @@ TEST_CASE("cuda backend: attention's launch rules (a tuning sweep's) keep decode
         BlockTable table;
         for (int32_t b = 0; b < 14; b++) table.blocks.push_back(27 - 2 * b);
         std::vector<float> want(static_cast<size_t>(n_vocab)), got(want.size()), rows_logits(size_t(kSteps) * n_vocab);
-        for (Backend* b : {cpu.get(), steps.get(), rows.get()}) b->forward(tokens.data(), kPrompt, 0, table, want.data());
+        for (Backend* b : {cpu.get(), steps.get(), rows.get()})
+            b->forward(tokens.data(), kPrompt, 0, table, want.data());
         rows->forward(&tokens[kPrompt], kSteps, kPrompt, table, rows_logits.data(), /*all_logits=*/true);
         for (int32_t i = 0; i < kSteps; i++) {
             const int32_t pos = kPrompt + i;
@@ -474,7 +488,8 @@ TEST_CASE("cuda backend: attention's launch rules (a tuning sweep's) keep decode
     CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad),
                          doctest::Contains("attention split keys 100 must be a positive multiple of 128"), Error);
     bad.cuda_attn_split_keys = 0, bad.cuda_attn_one_head = 2;
-    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad), doctest::Contains("must be 0, 1 or auto"), Error);
+    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad), doctest::Contains("must be 0, 1 or auto"),
+                         Error);
 }
 
 TEST_CASE("cuda backend: KV blocks round trip and move between backends") {
