@@ -245,7 +245,7 @@ private:
     GraphCache rows_graphs_;     // forward_rows passes, keyed through rows_graph_keys_ by their shape
     std::map<std::vector<int32_t>, int64_t> rows_graph_keys_;  // -1: seen once, no graph yet
     int64_t next_rows_graph_key_ = 0;
-    std::unique_ptr<DecodeProfile> profile_;  // KVLM_CUDA_PROFILE=1 (graphs off)
+    std::unique_ptr<DecodeProfile> profile_;          // KVLM_CUDA_PROFILE=1 (graphs off)
     SampleInputs* sample_in_ = nullptr;               // device: sampler inputs (decode_sample [0], forward_rows all)
     SampleResult* sample_out_ = nullptr;              // device: their results ([kRowsPerPass] each)
     std::unique_ptr<PinnedBuffer> rows_sample_host_;  // forward_rows: [kRowsPerPass] inputs, then results
@@ -253,9 +253,9 @@ private:
     SampleResult* rows_sample_results_host() const {
         return reinterpret_cast<SampleResult*>(rows_sample_inputs_host() + kRowsPerPass);
     }
-    DecodeSlots decode_slots_;                // host staging and results of the decode steps in flight
-    bool steps_ahead_ = true;                 // KVLM_CUDA_STEPS_AHEAD=0: chains_decode_steps says no
-    bool transfer_stats_ = false;             // KVLM_CUDA_TRANSFERS=1: print the counters below at the end
+    DecodeSlots decode_slots_;     // host staging and results of the decode steps in flight
+    bool steps_ahead_ = true;      // KVLM_CUDA_STEPS_AHEAD=0: chains_decode_steps says no
+    bool transfer_stats_ = false;  // KVLM_CUDA_TRANSFERS=1: print the counters below at the end
     int64_t decode_steps_ = 0;
     uint64_t decode_d2h_bytes_ = 0;   // device-to-host bytes of decode steps (logits or sampled ids)
     int64_t decode_steps_ahead_ = 0;  // steps enqueued with the input token of the step still in flight
