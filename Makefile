@@ -144,9 +144,10 @@ test-gpu-script-emu: $(EMU_BIN) $(EMU_KVLM)
 	KVLM_CUDA_EMU=1 OUT=$(GPU_SCRIPT_OUT) KVLM_GPU_MODELS=$(GPU_SCRIPT_OUT)/models KVLM_GPU_DATA=$(GPU_SCRIPT_DATA) \
 	  KVLM_GPU_KVLM=$(EMU_KVLM) KVLM_GPU_TUNE_MODELS="$(abspath tests/data/peer_shape):smollm2:q4_0" \
 	  KVLM_GPU_TUNE_RULES="0:0:auto 128:4:1" KVLM_GPU_TUNE_TESTS="-p 0 -n 2 -d 130 -r 1" \
+	  KVLM_GPU_TUNE_GEMV_RULES="0:0 4:128" KVLM_GPU_TUNE_GEMV_TESTS="-p 0 -n 2 -r 1" \
 	  bash tools/gpu_session.sh tune > $(GPU_SCRIPT_OUT)-tune.log 2>&1; \
 	tail -1 $(GPU_SCRIPT_OUT)-tune.log; \
-	grep -q "^VERDICT tune: PASS | 2 rule rows" $(GPU_SCRIPT_OUT)-tune.log || { cat $(GPU_SCRIPT_OUT)-tune.log; exit 1; }
+	grep -q "^VERDICT tune: PASS | 4 rule rows" $(GPU_SCRIPT_OUT)-tune.log || { cat $(GPU_SCRIPT_OUT)-tune.log; exit 1; }
 
 $(EMU_BIN): $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o) $(EMU_OBJ) $(EMU_SRC_LIB)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)

@@ -5,6 +5,10 @@ Input: `ncu --csv --print-units base --metrics gpu__time_duration.sum,dram__byte
 on stdin or as a file: one row per (kernel launch, metric). Output: a markdown table, one row per kernel
 (by name, templates and arguments cut), in order of total time: launches, microseconds per launch, DRAM bytes
 per launch (read + written) and the bandwidth that makes, and each kernel's share of the time.
+With --shapes, one row per kernel instance and launch shape instead (template arguments, grid x block): the
+decode GEMVs of different matrices apart, each with its own bandwidth.
+
+Usage: ncu_table.py [--shapes] [CSV]
 """
 import csv
 import re
@@ -35,15 +39,28 @@ def short_name(name):
     return head + ("<...>" if "<" in name else "")
 
 
-def table(rows):
+def shape_name(name, grid, block):
+    """'void gemv_kernel<__nv_bfloat16, 1, 0, 1>(gemv_detail::GemvParams)', '(512, 1, 1)', '(256, 1, 1)' ->
+    'gemv_kernel<__nv_bfloat16, 1, 0, 1> (512, 1, 1) x (256, 1, 1)'."""
+    name = name.strip().replace("(anonymous namespace)::", "").replace("unnamed>::", "")
+    name = re.sub(r"\([^()]*\)\s*$", "", name)  # the argument list
+    name = name[len("void "):] if name.startswith("void ") else name
+    head, lt, template = name.partition("<")
+    return f"{head.split('::')[-1]}{lt}{template} {grid} x {block}"
+
+
+def table(rows, by_shape=False):
     launches = OrderedDict()  # (kernel, launch id) -> {metric: value}
+    shapes = {}  # (kernel, launch id) -> (grid, block)
     for row in rows:
         if not row.get("Metric Name") or not row.get("ID", "").strip().isdigit():
             continue  # the units row, blank lines
         launches.setdefault((row["Kernel Name"], row["ID"]), {})[row["Metric Name"]] = scaled(row)
+        shapes[(row["Kernel Name"], row["ID"])] = (row.get("Grid Size", "?"), row.get("Block Size", "?"))
     kernels = OrderedDict()
-    for (name, _), metrics in launches.items():
-        k = kernels.setdefault(short_name(name), {"n": 0, "s": 0.0, "bytes": 0.0})
+    for (name, launch_id), metrics in launches.items():
+        key = shape_name(name, *shapes[(name, launch_id)]) if by_shape else short_name(name)
+        k = kernels.setdefault(key, {"n": 0, "s": 0.0, "bytes": 0.0})
         k["n"] += 1
         k["s"] += metrics.get("gpu__time_duration.sum", 0.0)
         k["bytes"] += metrics.get("dram__bytes_read.sum", 0.0) + metrics.get("dram__bytes_write.sum", 0.0)
@@ -62,12 +79,15 @@ def table(rows):
 
 
 def main():
-    text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
+    args = sys.argv[1:]
+    by_shape = "--shapes" in args
+    args = [a for a in args if a != "--shapes"]
+    text = open(args[0]).read() if args else sys.stdin.read()
     # ncu prints its own lines (==PROF== ...) and the program's output around the CSV: keep the CSV rows.
     lines = [l for l in text.splitlines() if l.startswith('"')]
     if not lines:
         sys.exit("ncu_table: no CSV rows in the input")
-    print(table(csv.DictReader(lines)))
+    print(table(csv.DictReader(lines), by_shape))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,11 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
         throw_error("cuda backend: head_dim {} is above the {} the attention kernel supports (use --device cpu)",
                     config_.head_dim, kCudaMaxHeadDim);
     set_programmatic_launches(options.cuda_programmatic_launches);  // process-wide: the launchers take no backend
+    try {  // process-wide too
+        set_gemv_launch_override(options.cuda_gemv_rows_per_warp, options.cuda_gemv_threads);
+    } catch (const Error& e) {
+        throw_error("cuda backend: {} (KVLM_CUDA_GEMV_ROWS, KVLM_CUDA_GEMV_THREADS)", e.what());
+    }
     stream_ = std::make_unique<Stream>();
     cublas_ = std::make_unique<CublasHandle>();  // loads cuBLAS; throws naming the library when missing
     n_kv_blocks_ = kv_block_count(config_, options);
@@ -46,7 +51,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
 }
 
 // BackendOptions::cuda_attn_*: attention's launch rules other than the defaults (a tuning sweep's); returns
-// them for the device line ("" when all are the defaults).
+// them, and the GEMV launch override's, for the device line ("" when all are the defaults).
 std::string CudaBackend::set_attention_rules(const BackendOptions& options) {
     std::string rules;
     if (options.cuda_attn_split_keys != 0) {
@@ -72,6 +77,8 @@ std::string CudaBackend::set_attention_rules(const BackendOptions& options) {
         attention_.one_head = options.cuda_attn_one_head;
         rules += attention_.one_head ? ", attention a block per head" : ", attention a block per group";
     }
+    if (options.cuda_gemv_rows_per_warp) rules += fmt::format(", GEMV {} rows per warp", options.cuda_gemv_rows_per_warp);
+    if (options.cuda_gemv_threads) rules += fmt::format(", GEMV blocks of {}", options.cuda_gemv_threads);
     return rules;
 }
 

@@ -180,6 +180,12 @@ void launch_gemv_swiglu(float* out,                // [n_ff]; must not alias x
                         const float* norm_weight,  // [n_in] or null
                         float norm_eps, cudaStream_t stream);
 
+// A tuning sweep's GEMV launch shape (BackendOptions::cuda_gemv_*; 0 keeps each rule): rows per warp (1, 2 or
+// 4; SwiGLU at most 2, RoPE pairs always 2) and threads per block (128 or 256). Process-wide, like programmatic
+// launches: every GEMV launch follows it, so a decode step and a batch of rows keep one block size, hence
+// one rms reduction order and the same bits. Throws on other values.
+void set_gemv_launch_override(int rows_per_warp, int threads);
+
 // Both for n_tokens inputs at once (x [n_tokens, n_in], each output [n_tokens, n_out] dense): each weight
 // chunk is read once for up to 8 tokens, and every token gets the bits of its own one-token launch (the
 // batched exact forward of several decode rows).

@@ -3,6 +3,7 @@
 // so launches can be captured in CUDA graphs. Deterministic: fixed summation orders, no atomics; a row's dot
 // product does not depend on the rows per warp. Quantized weights go to gemv_quantized.cu from the launchers here.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -291,7 +292,22 @@ void launch_token_groups(GemvParams p, int32_t n_tokens, DType dtype, int n_weig
     }
 }
 
+std::atomic<int> g_rows_per_warp{0}, g_threads{0};  // set_gemv_launch_override
+
 }  // namespace
+
+int gemv_detail::gemv_rows_per_warp_override() { return g_rows_per_warp.load(std::memory_order_relaxed); }
+int gemv_detail::gemv_threads_override() { return g_threads.load(std::memory_order_relaxed); }
+
+void set_gemv_launch_override(int rows_per_warp, int threads) {
+    if (rows_per_warp != 0 && rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4)
+        cuda_throw(("set_gemv_launch_override: rows per warp " + std::to_string(rows_per_warp) +
+                    " must be 1, 2 or 4 (0: the default)").c_str());
+    if (threads != 0 && threads != 128 && threads != 256)
+        cuda_throw(("set_gemv_launch_override: threads " + std::to_string(threads) +
+                    " must be 128 or 256 (0: the default)").c_str());
+    g_rows_per_warp.store(rows_per_warp), g_threads.store(threads);
+}
 
 void launch_gemv_tokens(const GemvOutput* outputs, int32_t n_outputs, const float* x, int32_t n_tokens, int32_t n_in,
                         const float* norm_weight, float norm_eps, bool accumulate, cudaStream_t stream) {

@@ -292,12 +292,17 @@ struct LaunchShape {
     int rows_per_warp;
     int threads;
 };
+// set_gemv_launch_override's values (cuda_ops.h; 0: the rule below), read by every launch of the process.
+int gemv_rows_per_warp_override();
+int gemv_threads_override();
 inline LaunchShape launch_shape(int64_t n_rows, bool swiglu) {
     auto blocks = [&](int64_t rows_per_block) { return (n_rows + rows_per_block - 1) / rows_per_block; };
     const int max_r = swiglu ? 2 : 4;  // SwiGLU rows already read two weight rows each
     int r = 1;
     while (r < max_r && blocks(int64_t(2 * r) * kMaxWarps) >= kFillBlocks) r *= 2;
-    const int threads = r > 1 || blocks(kMaxWarps) >= 2 * kSms ? kMaxWarps * 32 : kMaxWarps * 16;
+    int threads = r > 1 || blocks(kMaxWarps) >= 2 * kSms ? kMaxWarps * 32 : kMaxWarps * 16;
+    if (const int forced = gemv_rows_per_warp_override()) r = std::min(forced, max_r);
+    if (const int forced = gemv_threads_override()) threads = forced;
     return {r, threads};
 }
 

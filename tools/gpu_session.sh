@@ -6,12 +6,12 @@
 #   bash tools/gpu_session.sh smoke    # ~1 min: the GPU, cuBLAS, stories260K text GPU == CPU (graphs on, off), kernel cases
 #   bash tools/gpu_session.sh tests    # ~1 min: backend, model and CLI cases; compute-sanitizer memcheck, racecheck, synccheck
 #   bash tools/gpu_session.sh bench    # ~2 min: kvlm bench, SmolLM2-135M and Llama-3.2-1B shapes; decode profile per stage and, with ncu, per kernel
-#   bash tools/gpu_session.sh bench8b  # ~1 min: kvlm bench, Llama-3-8B shape
+#   bash tools/gpu_session.sh bench8b  # ~2 min: kvlm bench, Llama-3-8B shape, its profile and ncu tables
 #   bash tools/gpu_session.sh hf       # ~2 min a shape: the same synthetic weights through PyTorch/transformers
 #   bash tools/gpu_session.sh cpu      # ~3 min: CPU decode and prefill from 1 to all cores (the dev VMs have 2)
 #   bash tools/gpu_session.sh peer     # llama.cpp's llama-bench beside kvlm bench, same GPU, same weights (carry .carry-peer too)
 #   bash tools/gpu_session.sh peer8b   # the same for the Llama-3-8B shape in bf16
-#   bash tools/gpu_session.sh tune     # ~2 min: attention's launch rules swept at depths 1024 and 4096 (1B bf16/q4_0, SmolLM2)
+#   bash tools/gpu_session.sh tune     # ~3 min: attention's and the GEMVs' launch rules swept (1B bf16/q4_0, SmolLM2; 8B GEMVs)
 # Times are session 15's on an H200 (bench/RESULTS.md, "GPU"); docs/CUDA.md says what to do with each verdict.
 # Converted models stay in $KVLM_GPU_MODELS (default /tmp/kvlm-models) while the machine is warm.
 # `make test-gpu-script-emu` runs the smoke and tests stages over the CPU emulator (KVLM_CUDA_EMU=1, with
@@ -172,14 +172,21 @@ bench_model() {
     echo && echo "### $name: decode profile (KVLM_CUDA_PROFILE=1, 64 tokens at depth 0)" && echo
     KVLM_CUDA_PROFILE=1 timeout 60 "$KVLM" bench -m "$m" --device cuda -p 0 -n 64 -r 1 --kv-dtype bf16 --no-scenarios \
         2>&1 >/dev/null | grep -E '^(\||kvlm: decode profile)' | tee "$OUT/profile-$name.md" || fail "$name profile"
-    if command -v ncu >/dev/null; then  # the same steps per kernel, from the hardware counters
-        echo && echo "### $name: ncu over 400 decode launches (graphs off), bench/ncu_table.py" && echo
-        KVLM_CUDA_GRAPHS=0 timeout 100 ncu --clock-control none --csv --print-units base \
-            --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --launch-skip 3000 \
-            --launch-count 400 "$KVLM" bench -m "$m" --device cuda -p 0 -n 64 -r 1 --kv-dtype bf16 --no-scenarios \
-            >"$OUT/ncu-$name.csv" 2>&1 && python3 bench/ncu_table.py "$OUT/ncu-$name.csv" | tee -a "$OUT/profile-$name.md" ||
-            echo "ncu: no table (see $OUT/ncu-$name.csv)"
-    fi
+    ncu_profile "$name" "$m"
+}
+
+# ncu_profile NAME MODEL: the decode steps per kernel from the hardware counters (400 launches, graphs off),
+# then per kernel instance and launch shape (each matrix's GEMV apart), into $OUT/profile-NAME.md.
+ncu_profile() {
+    local name=$1 m=$2
+    command -v ncu >/dev/null || return 0
+    echo && echo "### $name: ncu over 400 decode launches (graphs off), bench/ncu_table.py [--shapes]" && echo
+    KVLM_CUDA_GRAPHS=0 timeout 100 ncu --clock-control none --csv --print-units base \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --launch-skip 3000 \
+        --launch-count 400 "$KVLM" bench -m "$m" --device cuda -p 0 -n 64 -r 1 --kv-dtype bf16 --no-scenarios \
+        >"$OUT/ncu-$name.csv" 2>&1 && python3 bench/ncu_table.py "$OUT/ncu-$name.csv" | tee -a "$OUT/profile-$name.md" &&
+        echo && python3 bench/ncu_table.py --shapes "$OUT/ncu-$name.csv" | tee -a "$OUT/profile-$name.md" ||
+        echo "ncu: no table (see $OUT/ncu-$name.csv)"
 }
 
 # Whole-run decode, each step queued behind the one before (issue 18: what `kvlm run` gets, sampling on the
@@ -236,6 +243,7 @@ stage_bench8b() {
             2>&1 | tee "$OUT/bench-llama-3-8b-nopdl.md" || fail "8B bench KVLM_CUDA_PDL=0"
         KVLM_CUDA_PROFILE=1 timeout 60 "$KVLM" bench -m "$l8b" --device cuda -p 0 -n 32 -r 1 --kv-dtype bf16 --no-scenarios \
             2>&1 >/dev/null | grep -E '^(\||kvlm: decode profile)' | tee "$OUT/profile-llama-3-8b.md" || fail "8B profile"
+        ncu_profile llama-3-8b "$l8b"
     }
     verdict bench8b "tg128 t/s: Llama-3-8B $(tg_rate <"$OUT/bench-llama-3-8b.md" 2>/dev/null) (KVLM_CUDA_PDL=0: $(tg_rate <"$OUT/bench-llama-3-8b-nopdl.md" 2>/dev/null))"
 }
@@ -345,37 +353,65 @@ stage_peer8b() {
     return $rc
 }
 
-# Attention's launch rules swept (KVLM_CUDA_ATTN_SPLIT_KEYS:_FILL:_ONE_HEAD, docs/CUDA.md; 0 and auto are the
-# defaults): on session 25's H100 the 1B shape decoded at depth 4096 at 0.93x llama.cpp's rate in bf16 and
-# 0.79x in q4_0, where the attention over 4,096 keys weighs most. One row per model and rule set with its
-# tg rate at each depth; make the best rules the defaults (AttentionScratch in cuda/cuda_ops.h).
-# KVLM_GPU_TUNE_MODELS (SHAPE:TOKENIZER:DTYPE ...), KVLM_GPU_TUNE_RULES and KVLM_GPU_TUNE_TESTS run it small.
+# tune_row CELLS ENV...: a table row, CELLS then the tg rates of `kvlm bench $tests` on $m under the given
+# environment ("tgN: rate; ..."), or a FAILED line naming them.
+tune_row() {
+    local cells=$1 bench_out
+    shift
+    # shellcheck disable=SC2086
+    if bench_out=$(env "$@" timeout 120 "$KVLM" bench -m "$m" --device cuda $tests --kv-dtype bf16 --no-scenarios 2>&1); then
+        echo "| $(basename "$m" .kvlm) | $cells | $(echo "$bench_out" | awk -F'|' '$6 ~ / tg[0-9]+/ {gsub(/^ +| +$/, "", $6);
+            gsub(/ /, "", $7); printf "%s%s: %s", sep, $6, $7; sep="; "}') |"
+    else
+        echo "FAILED: tune $(basename "$m") $*: $(echo "$bench_out" | tail -1)"
+    fi
+}
+
+# Launch rules swept, for issue 18's bandwidth targets and the gaps session 25's H100 showed (docs/CUDA.md):
+# attention's (KVLM_CUDA_ATTN_SPLIT_KEYS:_FILL:_ONE_HEAD) at depths 1024 and 4096, where the 1B shape decoded
+# at 0.93x llama.cpp's rate (0.79x in q4_0); the GEMVs' (KVLM_CUDA_GEMV_ROWS:_THREADS) at depth 0, where the
+# 1B's Q/K/V, O and down launches streamed at 1,100-1,400 GB/s against the head's 3,000 (0 and auto: the
+# defaults; the 8B too when bench8b converted it). One row per model and rule set; make the best the
+# defaults (AttentionScratch in cuda/cuda_ops.h, launch_shape in cuda/gemv_shared.cuh).
+# KVLM_GPU_TUNE_MODELS (SHAPE:TOKENIZER:DTYPE ...), _RULES, _TESTS, _GEMV_RULES, _GEMV_TESTS run it small.
 stage_tune() {
     header tune
     local models=${KVLM_GPU_TUNE_MODELS:-"llama-3.2-1b:llama3:bf16 llama-3.2-1b:llama3:q4_0 smollm2-135m:smollm2:bf16"}
     local rules=${KVLM_GPU_TUNE_RULES:-"0:0:auto 128:2:auto 128:4:auto 128:8:auto 256:4:auto 256:8:auto 128:4:0 128:8:0 256:4:0 128:4:1 256:4:1"}
-    local tests=${KVLM_GPU_TUNE_TESTS:-"-p 0 -n 64 -d 1024,4096 -r 2"}
-    local spec shape tok dtype m rule split fill one bench_out
+    local gemv_rules=${KVLM_GPU_TUNE_GEMV_RULES:-"0:0 1:0 2:0 4:0 0:128 0:256 1:128 2:128 1:256 2:256 4:256"}
+    local spec shape tok dtype m rule split fill one rows threads tests ms=()
+    for spec in $models; do
+        IFS=: read -r shape tok dtype <<<"$spec"
+        m=$(synthetic "$shape" "$tok" "$dtype") && ms+=("$m") || fail "convert $spec"
+    done
+    [ -f "$MODELS/synthetic-llama-3-8b-bf16.kvlm" ] && [ -z "${KVLM_GPU_TUNE_MODELS:-}" ] &&
+        ms+=("$MODELS/synthetic-llama-3-8b-bf16.kvlm")
     {
-        echo "| model | split past keys | blocks per SM | a block per head | tg t/s at each depth |"
+        tests=${KVLM_GPU_TUNE_TESTS:-"-p 0 -n 64 -d 1024,4096 -r 2"}
+        echo "| model | attention: split past keys | blocks per SM | a block per head | tg t/s ($tests) |"
         echo "| --- | ---: | ---: | --- | --- |"
-        for spec in $models; do
-            IFS=: read -r shape tok dtype <<<"$spec"
-            m=$(synthetic "$shape" "$tok" "$dtype") || { fail "convert $spec"; continue; }
+        for m in "${ms[@]}"; do
+            case $m in *llama-3-8b*) continue ;; esac  # its attention is the 1B's per head; its time goes to bench8b
             for rule in $rules; do
                 IFS=: read -r split fill one <<<"$rule"
-                # shellcheck disable=SC2086
-                bench_out=$(KVLM_CUDA_ATTN_SPLIT_KEYS=$split KVLM_CUDA_ATTN_FILL=$fill KVLM_CUDA_ATTN_ONE_HEAD=$one \
-                    timeout 120 "$KVLM" bench -m "$m" --device cuda $tests --kv-dtype bf16 --no-scenarios 2>&1) ||
-                    { echo "FAILED: tune $spec $rule: $(echo "$bench_out" | tail -1)"; continue; }
-                echo "| $(basename "$m" .kvlm) | $split | $fill | $one | $(echo "$bench_out" |
-                    awk -F'|' '$6 ~ / tg[0-9]+/ {gsub(/^ +| +$/, "", $6); gsub(/ /, "", $7); printf "%s%s: %s", sep, $6, $7; sep="; "}') |"
+                tune_row "$split | $fill | $one" KVLM_CUDA_ATTN_SPLIT_KEYS="$split" KVLM_CUDA_ATTN_FILL="$fill" \
+                    KVLM_CUDA_ATTN_ONE_HEAD="$one"
+            done
+        done
+        tests=${KVLM_GPU_TUNE_GEMV_TESTS:-"-p 0 -n 128 -r 3"}
+        echo
+        echo "| model | GEMV: rows per warp | threads | tg t/s ($tests) |"
+        echo "| --- | ---: | ---: | --- |"
+        for m in "${ms[@]}"; do
+            for rule in $gemv_rules; do
+                IFS=: read -r rows threads <<<"$rule"
+                tune_row "$rows | $threads" KVLM_CUDA_GEMV_ROWS="$rows" KVLM_CUDA_GEMV_THREADS="$threads"
             done
         done
     } 2>&1 | tee "$OUT/tune.md"
     local line  # the block ran in a pipeline's subshell: its failures come back through the log
     while read -r line; do FAILS+=("${line#FAILED: }"); done < <(grep '^FAILED: ' "$OUT/tune.md")
-    verdict tune "$(grep -c '^| synthetic' "$OUT/tune.md") rule rows in $OUT/tune.md (0 = the default split keys or fill)"
+    verdict tune "$(grep -c '^| synthetic' "$OUT/tune.md") rule rows in $OUT/tune.md (0 / auto = the defaults)"
 }
 
 case "${1:-}" in

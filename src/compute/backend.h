@@ -36,6 +36,9 @@ struct BackendOptions {
     int32_t cuda_attn_split_keys = 0;
     int32_t cuda_attn_fill_per_sm = 0;
     int32_t cuda_attn_one_head = -1;
+    // CUDA GEMV launch shape, for the same sweep (0: the rules): rows per warp 1/2/4, threads 128/256.
+    int32_t cuda_gemv_rows_per_warp = 0;
+    int32_t cuda_gemv_threads = 0;
     // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
     // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
     double kv_mem_fraction = 0;

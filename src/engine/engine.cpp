@@ -141,7 +141,8 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     // A debugging switch: kernels launched without programmatic dependent launch (docs/CUDA.md), for A/B.
     if (const char* pdl = std::getenv("KVLM_CUDA_PDL"); pdl && std::strcmp(pdl, "0") == 0)
         backend_options.cuda_programmatic_launches = false;
-    // Attention's launch rules, for tools/gpu_session.sh's sweep (docs/CUDA.md); the backend checks the values.
+    // Attention's and the GEMVs' launch rules, for tools/gpu_session.sh's sweep (docs/CUDA.md); the backend
+    // checks the values.
     const auto env_int = [](const char* name, int32_t& out, int32_t auto_value) {
         const char* value = std::getenv(name);
         if (!value) return;
@@ -158,6 +159,8 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     env_int("KVLM_CUDA_ATTN_SPLIT_KEYS", backend_options.cuda_attn_split_keys, 0);
     env_int("KVLM_CUDA_ATTN_FILL", backend_options.cuda_attn_fill_per_sm, 0);
     env_int("KVLM_CUDA_ATTN_ONE_HEAD", backend_options.cuda_attn_one_head, -1);
+    env_int("KVLM_CUDA_GEMV_ROWS", backend_options.cuda_gemv_rows_per_warp, 0);
+    env_int("KVLM_CUDA_GEMV_THREADS", backend_options.cuda_gemv_threads, 0);
     // Device-to-host bytes per decode step on stderr when the backend closes (a debugging counter).
     if (const char* transfers = std::getenv("KVLM_CUDA_TRANSFERS"); transfers && std::strcmp(transfers, "0") != 0)
         backend_options.cuda_transfer_stats = true;

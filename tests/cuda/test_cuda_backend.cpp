@@ -446,25 +446,27 @@ TEST_CASE(
     CHECK(outcome.status == SampleOutcome::kNeedsHost);
 }
 
-TEST_CASE(
-    "cuda backend: attention's launch rules (a tuning sweep's) keep decode close to the CPU and rows equal to steps") {
+TEST_CASE("cuda backend: attention's and the GEMVs' launch rules (a sweep's) keep decode near the CPU, rows equal to steps") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 31);
     const int32_t n_vocab = m->config.n_vocab, kPrompt = 200, kSteps = 3, kBlock = 16;
     const auto tokens = random_tokens(kPrompt + kSteps, n_vocab, 8);
     struct Rules {
-        int32_t split_keys, fill, one_head;
+        int32_t split_keys, fill, one_head, gemv_rows, gemv_threads;
         const char* in_name;
     };
-    const Rules kRules[] = {{128, 8, -1, "attention split past 128 keys, attention fill 8 per SM"},
-                            {128, 1, 0, "attention a block per group"},
-                            {0, 0, 1, "attention a block per head"}};
+    const Rules kRules[] = {{128, 8, -1, 0, 0, "attention split past 128 keys, attention fill 8 per SM"},
+                            {128, 1, 0, 0, 0, "attention a block per group"},
+                            {0, 0, 1, 0, 0, "attention a block per head"},
+                            {0, 0, -1, 4, 128, "GEMV 4 rows per warp, GEMV blocks of 128"},
+                            {0, 0, -1, 1, 256, "GEMV 1 rows per warp, GEMV blocks of 256"}};
     for (const Rules& r : kRules) {
         CAPTURE(r.in_name);
         BackendOptions options;
         options.block_size = kBlock, options.kv_dtype = DType::f32, options.n_kv_blocks = 2 * 14;
         options.cuda_attn_split_keys = r.split_keys, options.cuda_attn_fill_per_sm = r.fill;
         options.cuda_attn_one_head = r.one_head;
+        options.cuda_gemv_rows_per_warp = r.gemv_rows, options.cuda_gemv_threads = r.gemv_threads;
         auto cpu = make_cpu_backend(m->config, m->weights, options);
         auto steps = make_cuda_backend(m->config, m->weights, options);
         auto rows = make_cuda_backend(m->config, m->weights, options);
@@ -490,6 +492,13 @@ TEST_CASE(
     bad.cuda_attn_split_keys = 0, bad.cuda_attn_one_head = 2;
     CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad), doctest::Contains("must be 0, 1 or auto"),
                          Error);
+    bad.cuda_attn_one_head = -1, bad.cuda_gemv_threads = 64;
+    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad),
+                         doctest::Contains("threads 64 must be 128 or 256 (0: the default) (KVLM_CUDA_GEMV_ROWS"), Error);
+    // The GEMV shape is process-wide: a backend with the defaults puts them back for the cases after this one.
+    BackendOptions defaults;
+    defaults.n_kv_blocks = 4;
+    CHECK(make_cuda_backend(m->config, m->weights, defaults)->name().find("GEMV") == std::string::npos);
 }
 
 TEST_CASE("cuda backend: KV blocks round trip and move between backends") {

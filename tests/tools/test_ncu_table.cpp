@@ -18,15 +18,15 @@ const char* kHeader =
     "\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n";
 
 std::string row(int id, const std::string& kernel, const std::string& metric, const std::string& unit,
-                const std::string& value) {
+                const std::string& value, const std::string& grid = "(144, 1, 1)") {
     return "\"" + std::to_string(id) + "\",\"1942\",\"kvlm\",\"127.0.0.1\",\"" + kernel +
-           "\",\"1\",\"13\",\"(128, 1, 1)\",\"(144, 1, 1)\",\"0\",\"9.0\",\"Command line profiler metrics\",\"" +
+           "\",\"1\",\"13\",\"(128, 1, 1)\",\"" + grid + "\",\"0\",\"9.0\",\"Command line profiler metrics\",\"" +
            metric + "\",\"" + unit + "\",\"" + value + "\"\n";
 }
 
-CliResult table_of(const TempDir& dir, const std::string& csv) {
+CliResult table_of(const TempDir& dir, const std::string& csv, const std::string& flags = "") {
     write_file(dir.file("ncu.csv"), csv);
-    return run_shell("python3 bench/ncu_table.py " + shell_quote(dir.file("ncu.csv")));
+    return run_shell("python3 bench/ncu_table.py " + flags + shell_quote(dir.file("ncu.csv")));
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -58,6 +58,22 @@ TEST_CASE("tools: ncu_table turns ncu's CSV into microseconds, megabytes and GB/
         CliResult bad = table_of(dir, std::string(kHeader) + row(0, gemv, "gpu__time_duration.sum", "fortnight", "3"));
         CHECK(bad.exit_code != 0);
         CHECK_MESSAGE(has(bad.err, "unknown unit 'fortnight' for gpu__time_duration.sum"), bad.err);
+    }
+    SUBCASE("--shapes: a row per kernel instance and launch shape, so each matrix's GEMV has its own") {
+        std::string shaped = kHeader;
+        shaped += row(0, gemv, "dram__bytes_read.sum", "byte", "3,000,000", "(512, 1, 1)") +
+                  row(0, gemv, "gpu__time_duration.sum", "ns", "2,000", "(512, 1, 1)");
+        shaped += row(1, gemv, "dram__bytes_read.sum", "byte", "1,000,000", "(192, 1, 1)") +
+                  row(1, gemv, "gpu__time_duration.sum", "ns", "1,000", "(192, 1, 1)");
+        shaped += row(2, gemv, "dram__bytes_read.sum", "byte", "3,000,000", "(512, 1, 1)") +
+                  row(2, gemv, "gpu__time_duration.sum", "ns", "4,000", "(512, 1, 1)");
+        CliResult s = table_of(dir, shaped, "--shapes ");
+        REQUIRE_MESSAGE(s.exit_code == 0, s.err);
+        // 6 MB in 6 us: 1,000 GB/s; 1 MB in 1 us: 1,000 GB/s; the larger total first.
+        CHECK_MESSAGE(has(s.out, "| gemv_kernel<__nv_bfloat16, 1, 0, 1> (512, 1, 1) x (128, 1, 1) | 2 | 3.00 | 3.000 | 1000 | 85.7% |"),
+                      s.out);
+        CHECK_MESSAGE(has(s.out, "| gemv_kernel<__nv_bfloat16, 1, 0, 1> (192, 1, 1) x (128, 1, 1) | 1 | 1.00 | 1.000 | 1000 | 14.3% |"),
+                      s.out);
     }
     SUBCASE("no CSV rows is an error") {
         CliResult none = table_of(dir, "==PROF== No kernels were profiled.\n");
