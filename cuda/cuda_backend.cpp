@@ -14,11 +14,6 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
         throw_error("cuda backend: head_dim {} is above the {} the attention kernel supports (use --device cpu)",
                     config_.head_dim, kCudaMaxHeadDim);
     set_programmatic_launches(options.cuda_programmatic_launches);  // process-wide: the launchers take no backend
-    try {  // process-wide too
-        set_gemv_launch_override(options.cuda_gemv_rows_per_warp, options.cuda_gemv_threads);
-    } catch (const Error& e) {
-        throw_error("cuda backend: {} (KVLM_CUDA_GEMV_ROWS, KVLM_CUDA_GEMV_THREADS)", e.what());
-    }
     stream_ = std::make_unique<Stream>();
     cublas_ = std::make_unique<CublasHandle>();  // loads cuBLAS; throws naming the library when missing
     n_kv_blocks_ = kv_block_count(config_, options);
@@ -28,7 +23,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
 
     upload_weights(weights, show_progress);
     allocate_scratch();
-    const std::string attention_rules = set_attention_rules(options);
+    const std::string launch_rules = set_launch_rules(options);
     // --kv-mem N%: the pool takes that share of what the weights and scratch left free.
     size_t free_bytes = 0, total_bytes = 0;
     if (options.kv_mem_fraction > 0) CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -47,12 +42,18 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
                         : profile_      ? ", decode profiled: CUDA graphs off"
                         : fused_decode_ ? ", CUDA graphs off"
                                         : "",
-                        programmatic_launches_on_device() ? ", programmatic launches" : "", attention_rules);
+                        programmatic_launches_on_device() ? ", programmatic launches" : "", launch_rules);
 }
 
-// BackendOptions::cuda_attn_*: attention's launch rules other than the defaults (a tuning sweep's); returns
-// them, and the GEMV launch override's, for the device line ("" when all are the defaults).
-std::string CudaBackend::set_attention_rules(const BackendOptions& options) {
+// BackendOptions::cuda_attn_* and cuda_gemv_*: attention's launch rules and the GEMVs' launch shape (the
+// latter process-wide, like programmatic launches) other than the defaults, a tuning sweep's; returns them
+// for the device line ("" when all are the defaults). Before any launch.
+std::string CudaBackend::set_launch_rules(const BackendOptions& options) {
+    try {
+        set_gemv_launch_override(options.cuda_gemv_rows_per_warp, options.cuda_gemv_threads);
+    } catch (const Error& e) {
+        throw_error("cuda backend: {} (KVLM_CUDA_GEMV_ROWS, KVLM_CUDA_GEMV_THREADS)", e.what());
+    }
     std::string rules;
     if (options.cuda_attn_split_keys != 0) {
         if (options.cuda_attn_split_keys < 128 || options.cuda_attn_split_keys % 128 != 0)

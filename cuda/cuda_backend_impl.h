@@ -189,7 +189,7 @@ private:
     void forward_rows(const SequenceInput* inputs, size_t n_inputs);
     void run_rows_pass(const SequenceInput* inputs, const DecodeRow* rows, int32_t n);
     void copy_back_rows(const DecodeRow* rows, int32_t n);
-    std::string set_attention_rules(const BackendOptions& options);
+    std::string set_launch_rules(const BackendOptions& options);
     void finish_sampled_rows(const DecodeRow* rows, int32_t n);
     int64_t rows_graph_key(const std::vector<int32_t>& shape);
     template <typename Run>

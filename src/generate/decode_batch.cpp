@@ -128,20 +128,8 @@ std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<S
             seq.table.n_tokens += 1;
             lane->result.has_pending_token = false;
             cache.commit(seq);
-            // As decode(): the device's pick (its logits digest in the hash chain), or the host's sampler.
-            GenerationResult& result = lane->result;
-            const SampleOutcome& out = lane->outcome;
-            if (out.status == SampleOutcome::kNeedsHost) {
-                result.logits_hash =
-                    XXH3_64bits_withSeed(lane->logits.data(), lane->logits.size() * sizeof(float), result.logits_hash);
-                lane->token = lane->sampler->sample(lane->logits.data(), n_vocab, lane->request, seq.tokens.size());
-            } else {
-                result.logits_hash =
-                    XXH3_64bits_withSeed(&out.logits_digest, sizeof(out.logits_digest), result.logits_hash);
-                if (out.status == SampleOutcome::kBadLogit)
-                    throw_bad_logit(out.bad_is_nan, out.bad_index, seq.tokens.size());
-                lane->token = out.token;
-            }
+            lane->token = token_after_step(lane->outcome, *lane->sampler, lane->logits, lane->request,
+                                           seq.tokens.size(), lane->result);
         }
     }
     std::vector<GenerationResult> results;

@@ -260,18 +260,7 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         result.has_pending_token = false;
         cache.commit(seq);
         // The next token (a bad logit throws with this token committed, wherever it was found).
-        if (next.status == SampleOutcome::kNeedsHost) {
-            hash_logits();
-            token = sampler.sample(logits.data(), n_vocab, request, seq.tokens.size());
-            note_probability(sampler.last_probability());
-        } else {
-            result.logits_hash =
-                XXH3_64bits_withSeed(&next.logits_digest, sizeof(next.logits_digest), result.logits_hash);
-            if (next.status == SampleOutcome::kBadLogit)
-                throw_bad_logit(next.bad_is_nan, next.bad_index, seq.tokens.size());
-            token = next.token;
-            note_probability(next.probability);
-        }
+        token = token_after_step(next, sampler, logits, request, seq.tokens.size(), result);
     }
     steps_ahead.drop();
     if (!ahead.drafts.empty()) cache.truncate(seq, seq.table.n_tokens);  // drafts never confirmed: their blocks go
@@ -280,6 +269,20 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     result.transcript = seq.tokens;
     if (result.has_pending_token) result.transcript.push_back(result.generated.back());
     return result;
+}
+
+int32_t token_after_step(const SampleOutcome& outcome, Sampler& sampler, std::vector<float>& logits,
+                         const SampleRequest& request, size_t n_history, GenerationResult& result) {
+    if (outcome.status == SampleOutcome::kNeedsHost) {
+        result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
+        const int32_t token = sampler.sample(logits.data(), int32_t(logits.size()), request, n_history);
+        if (sampler.reports_probabilities()) result.probabilities.push_back(sampler.last_probability());
+        return token;
+    }
+    result.logits_hash = XXH3_64bits_withSeed(&outcome.logits_digest, sizeof(outcome.logits_digest), result.logits_hash);
+    if (outcome.status == SampleOutcome::kBadLogit) throw_bad_logit(outcome.bad_is_nan, outcome.bad_index, n_history);
+    if (sampler.reports_probabilities()) result.probabilities.push_back(outcome.probability);
+    return outcome.token;
 }
 
 namespace {

@@ -118,6 +118,13 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
 // hash and stop with samplers[i] (needs backend.exact_forward_tokens() > 0). on_text
 // gets the sequence's index. The pool must hold all of them at once (a full pool stops a sequence with
 // "KV cache full", as in decode()).
+// A decode step's next token, for decode() and decode_samples(): the backend's pick (`outcome` kToken; its
+// logits digest chained into result.logits_hash; kBadLogit throws) or, for kNeedsHost, the host sampler's
+// over `logits` (their bytes chained first); with Sampler::report_probabilities, the token's probability
+// goes into result.probabilities.
+int32_t token_after_step(const SampleOutcome& outcome, Sampler& sampler, std::vector<float>& logits,
+                         const SampleRequest& request, size_t n_history, GenerationResult& result);
+
 using SampleTextCallback = std::function<void(size_t sequence, const std::string& text)>;
 std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<Sequence*>& seqs,
                                              const std::vector<float>& logits, int32_t n_predict,
