@@ -50,9 +50,9 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
 // for the device line ("" when all are the defaults). Before any launch.
 std::string CudaBackend::set_launch_rules(const BackendOptions& options) {
     try {
-        set_gemv_launch_override(options.cuda_gemv_rows_per_warp, options.cuda_gemv_threads);
+        set_gemv_launch_rules(options.cuda_gemv);
     } catch (const Error& e) {
-        throw_error("cuda backend: {} (KVLM_CUDA_GEMV_ROWS, KVLM_CUDA_GEMV_THREADS)", e.what());
+        throw_error("cuda backend: {} (KVLM_CUDA_GEMV_ROWS, _THREADS, _SPLIT, _STAGE)", e.what());
     }
     std::string rules;
     if (options.cuda_attn_split_keys != 0) {
@@ -78,8 +78,12 @@ std::string CudaBackend::set_launch_rules(const BackendOptions& options) {
         attention_.one_head = options.cuda_attn_one_head;
         rules += attention_.one_head ? ", attention a block per head" : ", attention a block per group";
     }
-    if (options.cuda_gemv_rows_per_warp) rules += fmt::format(", GEMV {} rows per warp", options.cuda_gemv_rows_per_warp);
-    if (options.cuda_gemv_threads) rules += fmt::format(", GEMV blocks of {}", options.cuda_gemv_threads);
+    const GemvLaunchRules& gemv = options.cuda_gemv;
+    if (gemv.rows_per_warp) rules += fmt::format(", GEMV {} rows per warp", gemv.rows_per_warp);
+    if (gemv.threads) rules += fmt::format(", GEMV blocks of {}", gemv.threads);
+    if (gemv.split_warps_per_sm)
+        rules += fmt::format(", GEMV rows split up to {} warps per SM", gemv.split_warps_per_sm);
+    if (!gemv.stage_x) rules += ", GEMV x from global memory";
     return rules;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "compute/cpu_ops.h"
+#include "compute/gemv_launch_rules.h"
 
 namespace kvlm {
 
@@ -180,11 +181,16 @@ void launch_gemv_swiglu(float* out,                // [n_ff]; must not alias x
                         const float* norm_weight,  // [n_in] or null
                         float norm_eps, cudaStream_t stream);
 
-// A tuning sweep's GEMV launch shape (BackendOptions::cuda_gemv_*; 0 keeps each rule): rows per warp (1, 2 or
-// 4; SwiGLU at most 2, RoPE pairs always 2) and threads per block (128 or 256). Process-wide, like programmatic
-// launches: every GEMV launch follows it, so a decode step and a batch of rows keep one block size, hence
-// one rms reduction order and the same bits. Throws on other values.
-void set_gemv_launch_override(int rows_per_warp, int threads);
+// A tuning sweep's GEMV launch shape (BackendOptions::cuda_gemv; 0 keeps each rule): rows per warp (1, 2 or 4;
+// SwiGLU at most 2, RoPE pairs always 2), threads per block (128 or 256), the warps per SM up to which a
+// row's dot product is split across warps (0 to 64; 16-bit weights), x_hat staged in shared memory (1) or
+// read from global memory (0). Process-wide, like programmatic launches: every GEMV launch follows it, so a
+// decode step and a batch of rows keep one block size and split, hence one summation order and the same bits.
+// Throws on other values.
+void set_gemv_launch_rules(const GemvLaunchRules& rules);
+// Warps per row group the GEMV launches of n_rows rows of n_in dtype weights take (SwiGLU: n_rows gate and as
+// many up rows) under the current rules: 1 unless a rule splits them (16-bit weights only).
+int gemv_split_count(int64_t n_rows, int32_t n_in, DType dtype, bool swiglu);
 
 // Both for n_tokens inputs at once (x [n_tokens, n_in], each output [n_tokens, n_out] dense): each weight
 // chunk is read once for up to 8 tokens, and every token gets the bits of its own one-token launch (the

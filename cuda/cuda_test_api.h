@@ -70,6 +70,10 @@ void gemv_rope_kv(float* q_fused, void* kv_fused, float* q_plain, void* kv_plain
                   float norm_eps, const void* kv, int32_t n_blocks, const KvLayout& layout, int32_t layer,
                   const int32_t* block_table, int32_t n_table, int32_t position, const float* inv_freq,
                   int32_t n_heads);
+// set_gemv_launch_rules, process-wide: a case that changes the rules puts the defaults back.
+void use_gemv_launch_rules(const GemvLaunchRules& rules);
+// gemv_split_count: the warps per row group of such a launch under the current rules.
+int gemv_split_count(int32_t n_rows, int32_t n_in, DType dtype, bool swiglu);
 void gemv_swiglu(float* out, const float* x, const void* w_gate, const void* w_up, DType dtype, int32_t n_in,
                  int32_t n_ff, const float* norm_weight, float norm_eps);
 // launch_gemv_tokens / launch_gemv_swiglu_tokens over n_tokens inputs (x [n_tokens, n_in]; outs[i]

@@ -139,6 +139,12 @@ void gemv_rope_kv(float* q_fused, void* kv_fused, float* q_plain, void* kv_plain
     d_kv.download(kv_plain);
 }
 
+void use_gemv_launch_rules(const GemvLaunchRules& rules) { kvlm::set_gemv_launch_rules(rules); }
+
+int gemv_split_count(int32_t n_rows, int32_t n_in, DType dtype, bool swiglu) {
+    return kvlm::gemv_split_count(n_rows, n_in, dtype, swiglu);
+}
+
 void gemv_swiglu(float* out, const float* x, const void* w_gate, const void* w_up, DType dtype, int32_t n_in,
                  int32_t n_ff, const float* norm_weight, float norm_eps) {
     gemv_swiglu_tokens(out, x, 1, w_gate, w_up, dtype, n_in, n_ff, norm_weight, norm_eps);

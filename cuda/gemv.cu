@@ -47,13 +47,14 @@ __device__ __forceinline__ float dot16(const uint4& w, const float* x, float acc
 }
 
 // One step of a warp's weight loads: U 16-byte chunks (vector path) or U elements (scalar path) of each of
-// its NR rows, lane l taking chunk/element base + u * 32 + l; past the row's end it loads zeros.
+// its NR rows, the warp's group lane l (lane + 32 * its split) taking chunk/element base + u * stride + l
+// (stride: 32 x the group's warps); past the row's end it loads zeros.
 template <typename T, int U, int NR>
 __device__ __forceinline__ void load_step(uint4 (&w)[U][NR], const T* const (&rows)[NR], int64_t base, int64_t n_chunks,
-                                          int lane) {
+                                          int lane, int stride) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        const int64_t c = base + u * 32 + lane;
+        const int64_t c = base + u * stride + lane;
 #pragma unroll
         for (int k = 0; k < NR; k++)
             w[u][k] =
@@ -62,42 +63,50 @@ __device__ __forceinline__ void load_step(uint4 (&w)[U][NR], const T* const (&ro
 }
 template <typename T, int U, int NR>
 __device__ __forceinline__ void load_step(float (&w)[U][NR], const T* const (&rows)[NR], int64_t base, int64_t n_in,
-                                          int lane) {
+                                          int lane, int stride) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        const int64_t i = base + u * 32 + lane;
+        const int64_t i = base + u * stride + lane;
 #pragma unroll
         for (int k = 0; k < NR; k++) w[u][k] = i < n_in ? load_f32(rows[k], i) : 0.0f;
     }
 }
 
-// Each warp owns R consecutive flattened rows (clamped to the last row for the loads; only valid rows are
-// written) and computes their dot products with x_hat together, so one x_hat chunk serves R rows (2R weight
-// rows for SwiGLU: gate then up), and each weight chunk serves the launch's NT token slots (p.n_tokens used).
-// Lane l owns 16-byte chunks l, l + 32, ... of each row (elements l, l + 32, ... on the scalar path),
-// accumulated in increasing order; U chunks per row are in flight per step; then a butterfly reduction. A
-// token's sums do not depend on R or NT, so every token gets the bits of a one-token launch. On the vector
-// path the first step's loads are issued before x_hat exists (they do not depend on it), so for small,
-// latency-bound matrices the HBM round trip overlaps the norm and staging.
+// Each row group owns R consecutive flattened rows (clamped to the last row for the loads; only valid rows
+// are written) and computes their dot products with x_hat together, so one x_hat chunk serves R rows (2R
+// weight rows for SwiGLU: gate then up), and each weight chunk serves the launch's NT token slots (p.n_tokens
+// used). A group is p.splits warps (usually 1): group lane l (lane + 32 x the warp's split) owns 16-byte
+// chunks l, l + 32 * splits, ... of each row (elements on the scalar path), accumulated in increasing order;
+// U chunks per row are in flight per step; then a butterfly reduction per warp and, when split, the group's
+// first warp adds its warps' sums in split order. A token's sums depend on the split but not on R or NT, so
+// every token gets the bits of a one-token launch. On the vector path the first step's loads are issued
+// before x_hat exists (they do not depend on it), so for small, latency-bound matrices the HBM round trip
+// overlaps the norm and staging.
 // kShared: x_hat staged in dynamic shared memory ([n_tokens, n_in] floats); otherwise x (and norm_weight)
 // read from global memory and normalised on the fly, with the same arithmetic.
-template <typename T, int R, bool kSwiglu, bool kShared, int NT>
+// kSplit: the launch's groups may be several warps (p.splits); without it a group is one warp, and the code
+// that of a kernel without groups.
+template <typename T, int R, bool kSwiglu, bool kShared, int NT, bool kSplit>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p) {
     extern __shared__ float4 x_shared4[];  // [n_tokens, n_in] when kShared
     float* x_shared = reinterpret_cast<float*>(x_shared4);
     __shared__ float warp_sums[kMaxWarps];
+    __shared__ float split_sums[kSplit ? kMaxWarps * kMaxPartials : 1];  // [warp][t * NR + k] when split
     constexpr int kMats = kSwiglu ? 2 : 1;
     constexpr int NR = R * kMats;           // weight rows this warp reads
     constexpr int U = 8 / NR;               // chunks per row per step: 8 loads in flight per lane
     constexpr int V = 16 / int(sizeof(T));  // elements per 16-byte chunk
-    const int lane = threadIdx.x % 32;
+    static_assert(NT * NR <= kMaxPartials, "split_sums holds a warp's partial sums");
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int splits = kSplit ? p.splits : 1, split = warp % splits;
+    const int group_lane = split * 32 + lane, stride = 32 * splits;
     const int32_t n_in = p.n_in;
     const int64_t n_chunks = n_in / V;
     const float* x = p.x;  // written by the prior kernel: coherent loads (programmatic_launch.cuh)
     const float* __restrict__ norm_weight = p.norm_weight;
     const bool norm = norm_weight != nullptr;
-    const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * R;
-    const bool has_rows = first < p.n_rows;  // warp-uniform
+    const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32 / splits) + warp / splits) * R;
+    const bool has_rows = first < p.n_rows;  // uniform over the group
 
     const T* rows[NR];
 #pragma unroll
@@ -110,27 +119,27 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
         }
     }
     uint4 wv[U][NR];  // vector path: the current step's chunks (the scalar fallback is not prefetched)
-    if (has_rows && p.vec) load_step(wv, rows, 0, n_chunks, lane);
+    if (has_rows && p.vec) load_step(wv, rows, 0, n_chunks, group_lane, stride);
     wait_for_prior_kernel();  // the weights above are immutable; x and out are not
     allow_next_kernel();
-    const EarlyReads<R> early = early_reads<R, kSwiglu, NT>(p, first, lane);
+    const EarlyReads<R> early = early_reads<R, kSwiglu, NT>(p, first, split == 0 ? lane : 1);
 
     float scale[NT];
     stage_input<kShared>(p, x_shared, warp_sums, scale);
-    // No block-wide synchronization below: warps without rows may leave.
-    if (!has_rows) return;
+    // No block-wide synchronization below but a split's: unsplit warps without rows may leave.
+    if (!has_rows && splits == 1) return;
 
     float acc[NT][NR];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int k = 0; k < NR; k++) acc[t][k] = 0.0f;
-    if (p.vec) {
-        for (int64_t base = 0; base < n_chunks; base += U * 32) {
-            if (base > 0) load_step(wv, rows, base, n_chunks, lane);
+    if (has_rows && p.vec) {
+        for (int64_t base = 0; base < n_chunks; base += U * stride) {
+            if (base > 0) load_step(wv, rows, base, n_chunks, group_lane, stride);
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int64_t c = base + u * 32 + lane;
+                const int64_t c = base + u * stride + group_lane;
                 if (c >= n_chunks) continue;
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
@@ -158,13 +167,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
                 }
             }
         }
-    } else {
-        for (int64_t base = 0; base < n_in; base += U * 32) {
+    } else if (has_rows) {
+        for (int64_t base = 0; base < n_in; base += U * stride) {
             float ws[U][NR];
-            load_step(ws, rows, base, n_in, lane);
+            load_step(ws, rows, base, n_in, group_lane, stride);
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int64_t i = base + u * 32 + lane;
+                const int64_t i = base + u * stride + group_lane;
                 if (i >= n_in) continue;
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
@@ -183,48 +192,81 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     }
 
     // Every lane of the warp gets here (the loops above only predicate), as the full-mask shuffles need.
-    finish_rows<R, kSwiglu>(p, first, acc, lane, early);
+    sum_lanes(acc);
+    if (kSplit && splits > 1) {
+        if (lane == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int k = 0; k < NR; k++) split_sums[warp * kMaxPartials + t * NR + k] = acc[t][k];
+        __syncthreads();  // every warp of the block gets here: none has left
+        if (split != 0 || !has_rows) return;
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int k = 0; k < NR; k++)
+                for (int s = 1; s < splits; s++) acc[t][k] += split_sums[(warp + s) * kMaxPartials + t * NR + k];
+    }
+    if (lane == 0) write_rows<R, kSwiglu>(p, first, acc, early);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // One token: R rows per warp as the shape says. Several (p.n_tokens <= kGemvTokens): one row per warp, the
-// one-token launch's block size (its rms reduction order depends on it).
-template <typename T, bool kSwiglu, bool kShared>
-void launch_with(const GemvParams& p, const LaunchShape& shape, size_t shared_bytes, cudaStream_t stream) {
-    void (*kernel)(GemvParams) = gemv_kernel<T, 1, kSwiglu, kShared, 1>;
+// one-token launch's block size (its rms reduction order depends on it). Split rows (kSplit): one row per
+// group, or a RoPE pair.
+template <typename T, bool kSwiglu, bool kShared, bool kSplit>
+void launch_with(GemvParams p, const LaunchShape& shape, size_t shared_bytes, cudaStream_t stream) {
+    void (*kernel)(GemvParams) = gemv_kernel<T, 1, kSwiglu, kShared, 1, kSplit>;
     LaunchShape used = shape;
+    p.splits = shape.splits;
     if (p.n_tokens > 1) {
-        kernel = gemv_kernel<T, 1, kSwiglu, kShared, kGemvTokens>;
+        kernel = gemv_kernel<T, 1, kSwiglu, kShared, kGemvTokens, kSplit>;
         used.rows_per_warp = 1;
+    } else if constexpr (kSplit) {
+        used.rows_per_warp = 1;
+        if constexpr (!kSwiglu) {
+            if (p.rope_kv) {
+                kernel = gemv_kernel<T, 2, false, kShared, 1, true>;
+                used.rows_per_warp = 2;
+            }
+        }
     } else if (shape.rows_per_warp == 2) {
-        kernel = gemv_kernel<T, 2, kSwiglu, kShared, 1>;
+        kernel = gemv_kernel<T, 2, kSwiglu, kShared, 1, false>;
     } else if constexpr (!kSwiglu) {
-        if (shape.rows_per_warp == 4) kernel = gemv_kernel<T, 4, kSwiglu, kShared, 1>;
+        if (shape.rows_per_warp == 4) kernel = gemv_kernel<T, 4, kSwiglu, kShared, 1, false>;
     }
     launch_kernel("gemv_kernel", kernel, launch_blocks(p.n_rows, used), used.threads, shared_bytes, stream, p);
+}
+
+template <typename T, bool kSwiglu, bool kShared>
+void launch_shaped(const GemvParams& p, const LaunchShape& shape, size_t shared_bytes, cudaStream_t stream) {
+    if (shape.splits > 1)
+        launch_with<T, kSwiglu, kShared, true>(p, shape, shared_bytes, stream);
+    else
+        launch_with<T, kSwiglu, kShared, false>(p, shape, shared_bytes, stream);
 }
 
 // Fills in vec and the shape from the rest of p, and launches. p's weights, outputs, rows and tokens are set.
 template <typename T>
 void launch_gemv_typed(GemvParams p, int n_weights, bool swiglu, cudaStream_t stream) {
-    const bool shared = int64_t(p.n_tokens) * p.n_in <= kMaxSharedIn;
+    const bool shared = gemv_stage_x() && int64_t(p.n_tokens) * p.n_in <= kMaxSharedIn;
     bool vec = int64_t(p.n_in) * int64_t(sizeof(T)) % 16 == 0;
     for (int i = 0; i < n_weights; i++) vec = vec && aligned16(p.weight[i]);
     if (!shared) vec = vec && aligned16(p.x) && (p.norm_weight == nullptr || aligned16(p.norm_weight));
     p.vec = vec;
-    const LaunchShape shape = launch_shape_for(p, swiglu);
+    const LaunchShape shape = launch_shape_for(p, int64_t(p.n_in) * int64_t(sizeof(T)) * (swiglu ? 2 : 1), swiglu);
     const size_t shared_bytes = shared ? size_t(p.n_tokens) * size_t(p.n_in) * sizeof(float) : 0;
     if (swiglu) {
         if (shared)
-            launch_with<T, true, true>(p, shape, shared_bytes, stream);
+            launch_shaped<T, true, true>(p, shape, shared_bytes, stream);
         else
-            launch_with<T, true, false>(p, shape, shared_bytes, stream);
+            launch_shaped<T, true, false>(p, shape, shared_bytes, stream);
     } else {
         if (shared)
-            launch_with<T, false, true>(p, shape, shared_bytes, stream);
+            launch_shaped<T, false, true>(p, shape, shared_bytes, stream);
         else
-            launch_with<T, false, false>(p, shape, shared_bytes, stream);
+            launch_shaped<T, false, false>(p, shape, shared_bytes, stream);
     }
 }
 
@@ -292,21 +334,33 @@ void launch_token_groups(GemvParams p, int32_t n_tokens, DType dtype, int n_weig
     }
 }
 
-std::atomic<int> g_rows_per_warp{0}, g_threads{0};  // set_gemv_launch_override
+// set_gemv_launch_rules's values; relaxed: set before any launch of the backend that reads them.
+std::atomic<int> g_rows_per_warp{0}, g_threads{0}, g_split_warps{0}, g_stage_x{1};
 
 }  // namespace
 
 int gemv_detail::gemv_rows_per_warp_override() { return g_rows_per_warp.load(std::memory_order_relaxed); }
 int gemv_detail::gemv_threads_override() { return g_threads.load(std::memory_order_relaxed); }
+int gemv_detail::gemv_split_warps_per_sm() { return g_split_warps.load(std::memory_order_relaxed); }
+bool gemv_detail::gemv_stage_x() { return g_stage_x.load(std::memory_order_relaxed) != 0; }
 
-void set_gemv_launch_override(int rows_per_warp, int threads) {
-    if (rows_per_warp != 0 && rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4)
-        cuda_throw(("set_gemv_launch_override: rows per warp " + std::to_string(rows_per_warp) +
-                    " must be 1, 2 or 4 (0: the default)").c_str());
+void set_gemv_launch_rules(const GemvLaunchRules& rules) {
+    const auto bad = [](const std::string& what) { cuda_throw(("set_gemv_launch_rules: " + what).c_str()); };
+    const int rows = rules.rows_per_warp, threads = rules.threads, split = rules.split_warps_per_sm;
+    if (rows != 0 && rows != 1 && rows != 2 && rows != 4)
+        bad("rows per warp " + std::to_string(rows) + " must be 1, 2 or 4 (0: the default)");
     if (threads != 0 && threads != 128 && threads != 256)
-        cuda_throw(("set_gemv_launch_override: threads " + std::to_string(threads) +
-                    " must be 128 or 256 (0: the default)").c_str());
-    g_rows_per_warp.store(rows_per_warp), g_threads.store(threads);
+        bad("threads " + std::to_string(threads) + " must be 128 or 256 (0: the default)");
+    if (split < 0 || split > 64)
+        bad("split up to " + std::to_string(split) + " warps per SM must be 0 to 64 (0: never split)");
+    if (rules.stage_x != 0 && rules.stage_x != 1)
+        bad("stage x " + std::to_string(rules.stage_x) + " must be 0 or 1 (1: the default)");
+    g_rows_per_warp.store(rows), g_threads.store(threads), g_split_warps.store(split), g_stage_x.store(rules.stage_x);
+}
+
+int gemv_split_count(int64_t n_rows, int32_t n_in, DType dtype, bool swiglu) {
+    if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16) return 1;
+    return launch_shape(n_rows, int64_t(n_in) * int64_t(dtype_size(dtype)) * (swiglu ? 2 : 1), swiglu).splits;
 }
 
 void launch_gemv_tokens(const GemvOutput* outputs, int32_t n_outputs, const float* x, int32_t n_tokens, int32_t n_in,

@@ -183,9 +183,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
 
 // One token: R rows per warp as the shape says; several: one row per warp at the one-token block size.
 template <DType Q, bool kSwiglu, bool kShared>
-void launch_with(const GemvParams& p, const LaunchShape& shape, size_t shared_bytes, cudaStream_t stream) {
+void launch_with(GemvParams p, const LaunchShape& shape, size_t shared_bytes, cudaStream_t stream) {
     void (*kernel)(GemvParams) = gemv_quantized_kernel<Q, 1, kSwiglu, kShared, 1>;
     LaunchShape used = shape;
+    p.splits = 1;
     if (p.n_tokens > 1) {
         kernel = gemv_quantized_kernel<Q, 1, kSwiglu, kShared, kGemvTokens>;
         used.rows_per_warp = 1;
@@ -205,8 +206,8 @@ void launch_typed(const GemvParams& p, int n_weights, bool swiglu, cudaStream_t 
             cuda_throw((std::string("launch_gemv: ") + dtype_name(Q) + " weights must be " +
                         std::to_string(QuantBlock<Q>::kAlign) + "-byte aligned")
                            .c_str());
-    const bool shared = int64_t(p.n_tokens) * p.n_in <= kMaxSharedIn;
-    const LaunchShape shape = launch_shape_for(p, swiglu);
+    const bool shared = gemv_stage_x() && int64_t(p.n_tokens) * p.n_in <= kMaxSharedIn;
+    const LaunchShape shape = launch_shape_for(p, /*row_bytes=*/0, swiglu);  // warps own their rows whole
     const size_t shared_bytes = shared ? size_t(p.n_tokens) * size_t(p.n_in) * sizeof(float) : 0;
     if (swiglu) {
         if (shared)

@@ -19,7 +19,12 @@ constexpr int kMaxWarps = 8;  // blocks of 128 or 256 threads
 constexpr int kGemvTokens = 8;
 // x_hat is staged in shared memory when it fits the default 48 KB (less a margin for the static arrays);
 // larger inputs (Llama's FFN down, n_in 14336) read x from global memory, where it stays L1/L2-resident.
-constexpr int32_t kMaxSharedIn = (48 * 1024 - 256) / 4;
+constexpr int32_t kMaxSharedIn = (48 * 1024 - 1024) / 4;
+// Split rows (LaunchShape::splits): the partial sums a warp hands to its row group's first warp, at most
+// kGemvTokens tokens x 2 rows (SwiGLU's gate and up) or 1 token x 4 rows.
+constexpr int kMaxPartials = 2 * kGemvTokens;
+// Bytes a warp loads per step (32 lanes x 8 loads of 16 bytes): a split keeps at least one per warp.
+constexpr int64_t kStepBytes = 32 * 8 * 16;
 // Launch-shape targets for an H100/H200 (132 SMs): several rows per warp only while >= 4 blocks of 256
 // threads per SM remain; 128-thread blocks when 256-thread ones would leave fewer than 2 blocks per SM.
 constexpr int64_t kSms = 132;
@@ -58,6 +63,7 @@ struct GemvParams {
     int32_t n_in;
     bool accumulate;
     bool vec;  // 16-byte loads: n_in * sizeof(T) % 16 == 0 and weights (and x, norm_weight if read from global) aligned
+    int32_t splits;  // warps per row group (LaunchShape::splits; set by the launcher)
     bool rope_kv;  // outputs q, k, v of one token finished as GemvRopeKv says (kernels with R = 2, NT = 1)
     GemvRopeKv rope;
 };
@@ -244,18 +250,22 @@ __device__ __forceinline__ void finish_rope_pair(const GemvParams& p, const Rope
     else store(static_cast<__nv_bfloat16*>(rk.kv));
 }
 
-// The epilogue: butterfly-sums each lane's partial dot products acc[t][NR] (rows warp_row(.., r), then for
-// SwiGLU the up rows, of token t) and lets lane 0 write silu(gate) * up, or [out +] dot [+ bias], or finish a
-// rope pair. Every lane of the warp must call it (full-mask shuffles).
-template <int R, bool kSwiglu, int NT, int NR>
-__device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, float (&acc)[NT][NR], int lane,
-                                            const EarlyReads<R>& early) {
+// Butterfly-sums each lane's partial dot products acc[t][NR]: every lane ends with the warp's totals. Every
+// lane of the warp must call it (full-mask shuffles).
+template <int NT, int NR>
+__device__ __forceinline__ void sum_lanes(float (&acc)[NT][NR]) {
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int k = 0; k < NR; k++)
             for (int offset = 16; offset > 0; offset /= 2) acc[t][k] += __shfl_xor_sync(0xffffffffu, acc[t][k], offset);
-    if (lane != 0) return;
+}
+
+// The epilogue, lane 0's: from the dot products acc[t][NR] (rows warp_row(.., r), then for SwiGLU the up
+// rows, of token t) writes silu(gate) * up, or [out +] dot [+ bias], or finishes a rope pair.
+template <int R, bool kSwiglu, int NT, int NR>
+__device__ __forceinline__ void write_rows(const GemvParams& p, int64_t first, const float (&acc)[NT][NR],
+                                           const EarlyReads<R>& early) {
     if constexpr (kRopePairs<R, kSwiglu, NT>) {
         if (p.rope_kv) {
             if (first < p.n_rows) finish_rope_pair(p, early.rope, acc[0][0], acc[0][1]);
@@ -287,34 +297,58 @@ __device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, 
     }
 }
 
-// Rows per warp and threads per block for n_rows output rows (see kFillBlocks).
+// Both, for a warp that owns its rows whole. Every lane of the warp must call it.
+template <int R, bool kSwiglu, int NT, int NR>
+__device__ __forceinline__ void finish_rows(const GemvParams& p, int64_t first, float (&acc)[NT][NR], int lane,
+                                            const EarlyReads<R>& early) {
+    sum_lanes(acc);
+    if (lane == 0) write_rows<R, kSwiglu>(p, first, acc, early);
+}
+
+// Rows per warp, threads per block (see kFillBlocks) and warps per row group: `splits` warps share each
+// group's rows, warp s of a group taking lane chunks s * 32 + lane, + 32 * splits, ... (splits 1: a warp owns
+// its rows whole).
 struct LaunchShape {
     int rows_per_warp;
     int threads;
+    int splits = 1;
 };
-// set_gemv_launch_override's values (cuda_ops.h; 0: the rule below), read by every launch of the process.
+// set_gemv_launch_rules's values (cuda_ops.h; 0: the rule below), read by every launch of the process.
 int gemv_rows_per_warp_override();
 int gemv_threads_override();
-inline LaunchShape launch_shape(int64_t n_rows, bool swiglu) {
+int gemv_split_warps_per_sm();
+bool gemv_stage_x();
+// n_rows output rows of row_bytes weight bytes each (both matrices' for SwiGLU; 0: the launch cannot split).
+// The split depends on n_rows and row_bytes only, never on the rows per warp, so that a matrix's launches
+// with RoPE pairs, with several tokens and plain all sum in one order.
+inline LaunchShape launch_shape(int64_t n_rows, int64_t row_bytes, bool swiglu) {
     auto blocks = [&](int64_t rows_per_block) { return (n_rows + rows_per_block - 1) / rows_per_block; };
     const int max_r = swiglu ? 2 : 4;  // SwiGLU rows already read two weight rows each
     int r = 1;
     while (r < max_r && blocks(int64_t(2 * r) * kMaxWarps) >= kFillBlocks) r *= 2;
     int threads = r > 1 || blocks(kMaxWarps) >= 2 * kSms ? kMaxWarps * 32 : kMaxWarps * 16;
+    int splits = 1;
+    const int64_t most_warps = gemv_split_warps_per_sm() * kSms;
+    while (splits < 4 && n_rows * (2 * splits) <= most_warps && row_bytes / (2 * splits) >= kStepBytes) splits *= 2;
+    if (splits > 1) threads = kMaxWarps * 32;  // several row groups per block
     if (const int forced = gemv_rows_per_warp_override()) r = std::min(forced, max_r);
     if (const int forced = gemv_threads_override()) threads = forced;
-    return {r, threads};
+    return {r, threads, splits};
 }
 
-// GemvRopeKv's pairs: two rows per warp, and the block size of the plain launch (launch_shape(n_rows, false)),
-// whose rms reduction order - hence x_hat, hence every dot product - it must share.
-inline LaunchShape launch_shape_for(const GemvParams& p, bool swiglu) {
-    if (p.rope_kv) return {2, launch_shape(p.n_rows, false).threads};
-    return launch_shape(p.n_rows, swiglu);
+// GemvRopeKv's pairs: two rows per warp, and the block size and split of the plain launch
+// (launch_shape(n_rows, row_bytes, false)), whose rms reduction order - hence x_hat - and summation order it
+// must share.
+inline LaunchShape launch_shape_for(const GemvParams& p, int64_t row_bytes, bool swiglu) {
+    if (p.rope_kv) {
+        const LaunchShape plain = launch_shape(p.n_rows, row_bytes, false);
+        return {2, plain.threads, plain.splits};
+    }
+    return launch_shape(p.n_rows, row_bytes, swiglu);
 }
 
 inline unsigned launch_blocks(int64_t n_rows, const LaunchShape& shape) {
-    const int64_t rows_per_block = int64_t(shape.rows_per_warp) * (shape.threads / 32);
+    const int64_t rows_per_block = int64_t(shape.rows_per_warp) * (shape.threads / 32 / shape.splits);
     return unsigned((n_rows + rows_per_block - 1) / rows_per_block);
 }
 

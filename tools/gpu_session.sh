@@ -143,9 +143,9 @@ stage_tests() {
             fail "$memcheck"
         samplecheck=$(sanitize memcheck 90 'cuda kernels: the device sampler*,cuda backend: sequences sampled*' memcheck-sampler) ||
             fail "$samplecheck"
-        # The tensor-core prefill attention, and the multi-token GEMVs (several tokens' rms sums and staging
-        # through one block's shared memory).
-        local shared='cuda kernels: prefill attention on tensor cores vs the CPU twin and the paged kernel,cuda kernels: gemv over several tokens*'
+        # The tensor-core prefill attention, the multi-token GEMVs (several tokens' rms sums and staging
+        # through one block's shared memory) and the split GEMV rows (their warps' sums handed over there).
+        local shared='cuda kernels: prefill attention on tensor cores vs the CPU twin and the paged kernel,cuda kernels: gemv over several tokens*,cuda kernels: gemv rows split*'
         racecheck=$(sanitize racecheck 90 "$shared") || fail "$racecheck"
         synccheck=$(sanitize synccheck 60 "$shared") || fail "$synccheck"
     else
@@ -369,17 +369,18 @@ tune_row() {
 
 # Launch rules swept, for issue 18's bandwidth targets and the gaps session 25's H100 showed (docs/CUDA.md):
 # attention's (KVLM_CUDA_ATTN_SPLIT_KEYS:_FILL:_ONE_HEAD) at depths 1024 and 4096, where the 1B shape decoded
-# at 0.93x llama.cpp's rate (0.79x in q4_0); the GEMVs' (KVLM_CUDA_GEMV_ROWS:_THREADS) at depth 0, where the
-# 1B's Q/K/V, O and down launches streamed at 1,100-1,400 GB/s against the head's 3,000 (0 and auto: the
-# defaults; the 8B too when bench8b converted it). One row per model and rule set; make the best the
+# at 0.93x llama.cpp's rate (0.79x in q4_0); the GEMVs' (KVLM_CUDA_GEMV_ROWS:_THREADS:_SPLIT:_STAGE) at depth
+# 0, where the 1B's Q/K/V, O and down launches streamed at 1,100-1,400 GB/s against the head's 3,000 (0, 1 and
+# auto: the defaults; _SPLIT shares a row among 2-4 warps of 16-bit weights, _STAGE=0 reads x from global
+# memory; the 8B too when bench8b converted it). One row per model and rule set; make the best the
 # defaults (AttentionScratch in cuda/cuda_ops.h, launch_shape in cuda/gemv_shared.cuh).
 # KVLM_GPU_TUNE_MODELS (SHAPE:TOKENIZER:DTYPE ...), _RULES, _TESTS, _GEMV_RULES, _GEMV_TESTS run it small.
 stage_tune() {
     header tune
     local models=${KVLM_GPU_TUNE_MODELS:-"llama-3.2-1b:llama3:bf16 llama-3.2-1b:llama3:q4_0 smollm2-135m:smollm2:bf16"}
     local rules=${KVLM_GPU_TUNE_RULES:-"0:0:auto 128:2:auto 128:4:auto 128:8:auto 256:4:auto 256:8:auto 128:4:0 128:8:0 256:4:0 128:4:1 256:4:1"}
-    local gemv_rules=${KVLM_GPU_TUNE_GEMV_RULES:-"0:0 1:0 2:0 4:0 0:128 0:256 1:128 2:128 1:256 2:256 4:256"}
-    local spec shape tok dtype m rule split fill one rows threads tests ms=()
+    local gemv_rules=${KVLM_GPU_TUNE_GEMV_RULES:-"0:0:0:1 1:0:0:1 2:0:0:1 4:0:0:1 0:128:0:1 0:256:0:1 1:128:0:1 2:128:0:1 1:256:0:1 2:256:0:1 4:256:0:1 0:0:16:1 0:0:24:1 0:0:32:1 0:0:0:0 0:0:32:0"}
+    local spec shape tok dtype m rule split fill one rows threads warps stage tests ms=()
     for spec in $models; do
         IFS=: read -r shape tok dtype <<<"$spec"
         m=$(synthetic "$shape" "$tok" "$dtype") && ms+=("$m") || fail "convert $spec"
@@ -400,12 +401,13 @@ stage_tune() {
         done
         tests=${KVLM_GPU_TUNE_GEMV_TESTS:-"-p 0 -n 128 -r 3"}
         echo
-        echo "| model | GEMV: rows per warp | threads | tg t/s ($tests) |"
-        echo "| --- | ---: | ---: | --- |"
+        echo "| model | GEMV: rows per warp | threads | rows split up to warps per SM | x staged | tg t/s ($tests) |"
+        echo "| --- | ---: | ---: | ---: | ---: | --- |"
         for m in "${ms[@]}"; do
             for rule in $gemv_rules; do
-                IFS=: read -r rows threads <<<"$rule"
-                tune_row "$rows | $threads" KVLM_CUDA_GEMV_ROWS="$rows" KVLM_CUDA_GEMV_THREADS="$threads"
+                IFS=: read -r rows threads warps stage <<<"$rule"
+                tune_row "$rows | $threads | $warps | $stage" KVLM_CUDA_GEMV_ROWS="$rows" KVLM_CUDA_GEMV_THREADS="$threads" \
+                    KVLM_CUDA_GEMV_SPLIT="$warps" KVLM_CUDA_GEMV_STAGE="$stage"
             done
         done
     } 2>&1 | tee "$OUT/tune.md"

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "compute/gemv_launch_rules.h"
 #include "format/dtype.h"
 #include "format/model_config.h"
 #include "kv/block_storage.h"
@@ -36,9 +37,8 @@ struct BackendOptions {
     int32_t cuda_attn_split_keys = 0;
     int32_t cuda_attn_fill_per_sm = 0;
     int32_t cuda_attn_one_head = -1;
-    // CUDA GEMV launch shape, for the same sweep (0: the rules): rows per warp 1/2/4, threads 128/256.
-    int32_t cuda_gemv_rows_per_warp = 0;
-    int32_t cuda_gemv_threads = 0;
+    // CUDA GEMV launch shape, for the same sweep (GemvLaunchRules; the defaults: the rules).
+    GemvLaunchRules cuda_gemv;
     // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
     // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
     double kv_mem_fraction = 0;

@@ -159,8 +159,10 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     env_int("KVLM_CUDA_ATTN_SPLIT_KEYS", backend_options.cuda_attn_split_keys, 0);
     env_int("KVLM_CUDA_ATTN_FILL", backend_options.cuda_attn_fill_per_sm, 0);
     env_int("KVLM_CUDA_ATTN_ONE_HEAD", backend_options.cuda_attn_one_head, -1);
-    env_int("KVLM_CUDA_GEMV_ROWS", backend_options.cuda_gemv_rows_per_warp, 0);
-    env_int("KVLM_CUDA_GEMV_THREADS", backend_options.cuda_gemv_threads, 0);
+    env_int("KVLM_CUDA_GEMV_ROWS", backend_options.cuda_gemv.rows_per_warp, 0);
+    env_int("KVLM_CUDA_GEMV_THREADS", backend_options.cuda_gemv.threads, 0);
+    env_int("KVLM_CUDA_GEMV_SPLIT", backend_options.cuda_gemv.split_warps_per_sm, 0);
+    env_int("KVLM_CUDA_GEMV_STAGE", backend_options.cuda_gemv.stage_x, 1);
     // Device-to-host bytes per decode step on stderr when the backend closes (a debugging counter).
     if (const char* transfers = std::getenv("KVLM_CUDA_TRANSFERS"); transfers && std::strcmp(transfers, "0") != 0)
         backend_options.cuda_transfer_stats = true;

@@ -22,6 +22,7 @@
 
 #ifdef KVLM_CUDA
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_test_api.h"
 #endif
 
 using namespace kvlm;
@@ -449,28 +450,37 @@ TEST_CASE(
 TEST_CASE("cuda backend: attention's and the GEMVs' launch rules (a sweep's) keep decode near the CPU, rows equal to steps") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 31);
+    ModelConfig wide_ffn = small_random_config();
+    wide_ffn.n_ff = 4096;  // the down projection's f32 rows (16 KiB) split across 4 warps under the split rule
+    auto wide = make_random_model(wide_ffn, DType::f32, 32);
     const int32_t n_vocab = m->config.n_vocab, kPrompt = 200, kSteps = 3, kBlock = 16;
     const auto tokens = random_tokens(kPrompt + kSteps, n_vocab, 8);
     struct Rules {
-        int32_t split_keys, fill, one_head, gemv_rows, gemv_threads;
+        int32_t split_keys, fill, one_head;
+        GemvLaunchRules gemv;
         const char* in_name;
     };
-    const Rules kRules[] = {{128, 8, -1, 0, 0, "attention split past 128 keys, attention fill 8 per SM"},
-                            {128, 1, 0, 0, 0, "attention a block per group"},
-                            {0, 0, 1, 0, 0, "attention a block per head"},
-                            {0, 0, -1, 4, 128, "GEMV 4 rows per warp, GEMV blocks of 128"},
-                            {0, 0, -1, 1, 256, "GEMV 1 rows per warp, GEMV blocks of 256"}};
+    const Rules kRules[] = {{128, 8, -1, {}, "attention split past 128 keys, attention fill 8 per SM"},
+                            {128, 1, 0, {}, "attention a block per group"},
+                            {0, 0, 1, {}, "attention a block per head"},
+                            {0, 0, -1, {4, 128, 0, 1}, "GEMV 4 rows per warp, GEMV blocks of 128"},
+                            {0, 0, -1, {1, 256, 0, 1}, "GEMV 1 rows per warp, GEMV blocks of 256"},
+                            {0, 0, -1, {0, 0, 32, 1}, "GEMV rows split up to 32 warps per SM"},
+                            {0, 0, -1, {0, 0, 32, 0}, "GEMV rows split up to 32 warps per SM, GEMV x from global"}};
     for (const Rules& r : kRules) {
         CAPTURE(r.in_name);
+        const RandomModel& model = r.gemv.split_warps_per_sm ? *wide : *m;
         BackendOptions options;
         options.block_size = kBlock, options.kv_dtype = DType::f32, options.n_kv_blocks = 2 * 14;
         options.cuda_attn_split_keys = r.split_keys, options.cuda_attn_fill_per_sm = r.fill;
         options.cuda_attn_one_head = r.one_head;
-        options.cuda_gemv_rows_per_warp = r.gemv_rows, options.cuda_gemv_threads = r.gemv_threads;
-        auto cpu = make_cpu_backend(m->config, m->weights, options);
-        auto steps = make_cuda_backend(m->config, m->weights, options);
-        auto rows = make_cuda_backend(m->config, m->weights, options);
+        options.cuda_gemv = r.gemv;
+        auto cpu = make_cpu_backend(model.config, model.weights, options);
+        auto steps = make_cuda_backend(model.config, model.weights, options);
+        auto rows = make_cuda_backend(model.config, model.weights, options);
         CHECK(steps->name().find(r.in_name) != std::string::npos);
+        if (r.gemv.split_warps_per_sm)
+            CHECK(cuda_test::gemv_split_count(model.config.n_embd, model.config.n_ff, DType::f32, false) == 4);
         BlockTable table;
         for (int32_t b = 0; b < 14; b++) table.blocks.push_back(27 - 2 * b);
         std::vector<float> want(static_cast<size_t>(n_vocab)), got(want.size()), rows_logits(size_t(kSteps) * n_vocab);
@@ -492,9 +502,15 @@ TEST_CASE("cuda backend: attention's and the GEMVs' launch rules (a sweep's) kee
     bad.cuda_attn_split_keys = 0, bad.cuda_attn_one_head = 2;
     CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad), doctest::Contains("must be 0, 1 or auto"),
                          Error);
-    bad.cuda_attn_one_head = -1, bad.cuda_gemv_threads = 64;
+    bad.cuda_attn_one_head = -1, bad.cuda_gemv.threads = 64;
     CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad),
                          doctest::Contains("threads 64 must be 128 or 256 (0: the default) (KVLM_CUDA_GEMV_ROWS"), Error);
+    bad.cuda_gemv.threads = 0, bad.cuda_gemv.split_warps_per_sm = 65;
+    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad),
+                         doctest::Contains("split up to 65 warps per SM must be 0 to 64"), Error);
+    bad.cuda_gemv.split_warps_per_sm = 0, bad.cuda_gemv.stage_x = 2;
+    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad), doctest::Contains("stage x 2 must be 0 or 1"),
+                         Error);
     // The GEMV shape is process-wide: a backend with the defaults puts them back for the cases after this one.
     BackendOptions defaults;
     defaults.n_kv_blocks = 4;

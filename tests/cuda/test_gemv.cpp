@@ -398,4 +398,133 @@ TEST_CASE("cuda kernels: gemv over several tokens gives each token the bits of i
     }
 }
 
+// Puts the process-wide GEMV launch rules back to the defaults when a case ends, however it ends.
+struct GemvRulesGuard {
+    explicit GemvRulesGuard(const GemvLaunchRules& rules) { cuda_test::use_gemv_launch_rules(rules); }
+    ~GemvRulesGuard() { cuda_test::use_gemv_launch_rules(GemvLaunchRules{}); }
+    GemvRulesGuard(const GemvRulesGuard&) = delete;
+    GemvRulesGuard& operator=(const GemvRulesGuard&) = delete;
+};
+
+// A sweep's split rule (KVLM_CUDA_GEMV_SPLIT): the rows of a launch with few warps per SM are split across 2
+// or 4 warps of a block, each summing its interleaved share of the row's chunks, the group's first warp adding
+// theirs. Against the CPU over the vector, scalar (unaligned and odd-length rows) and global-x paths, several
+// outputs, SwiGLU; and the summation order kept where decode needs the same bits: several tokens against one
+// launch each, the RoPE-pair launch against the plain one. Then the same with x read from global memory.
+TEST_CASE("cuda kernels: gemv rows split across warps match the CPU and keep one order for tokens and RoPE pairs") {
+    if (!have_cuda_device()) return;
+    GemvLaunchRules rules;
+    rules.split_warps_per_sm = 64;  // split while rows x splits stay within 64 x 132
+    const DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
+    for (int32_t stage_x : {1, 0}) {
+        CAPTURE(stage_x);
+        rules.stage_x = stage_x;
+        const GemvRulesGuard guard(rules);
+        // A warp keeps at least one full step (4 KiB of one row, or of gate and up together).
+        CHECK(cuda_test::gemv_split_count(2048, 8192, bf16, false) == 4);
+        CHECK(cuda_test::gemv_split_count(2048, 4096, bf16, false) == 2);
+        CHECK(cuda_test::gemv_split_count(2048, 2048, bf16, false) == 1);
+        CHECK(cuda_test::gemv_split_count(2048, 4096, bf16, true) == 4);
+        CHECK(cuda_test::gemv_split_count(3000, 8192, bf16, false) == 2);  // 3000 x 4 warps would pass 64 x 132
+        CHECK(cuda_test::gemv_split_count(9000, 8192, bf16, false) == 1);
+        CHECK(cuda_test::gemv_split_count(100, 8192, DType::q4_0, false) == 1);  // quantized rows stay whole
+
+        struct Case {
+            int32_t n_in;
+            std::vector<int32_t> n_outs;
+            DType dtype;
+            int splits;
+        };
+        const Case kCases[] = {
+            {8192, {100}, bf16, 4},     {4096, {37, 5}, f32, 4},
+            {5000, {64, 3, 9}, f16, 2},  // 625 chunks a row: the groups' last steps are partial
+            {14336, {19}, bf16, 4},      // x read from global memory whatever the rule
+            {4100, {33}, bf16, 2},       // rows of 8200 bytes: the scalar path
+        };
+        uint64_t seed = 9500;
+        for (const Case& c : kCases) {
+            int32_t n_rows = 0;
+            for (int32_t n : c.n_outs) n_rows += n;
+            CHECK(cuda_test::gemv_split_count(n_rows, c.n_in, c.dtype, false) == c.splits);
+            const std::vector<float> x = random_floats(size_t(c.n_in), -1, 1, seed++);
+            const std::vector<float> nw = random_floats(size_t(c.n_in), 0.5f, 1.5f, seed++);
+            std::vector<Output> outputs;
+            for (int32_t n_out : c.n_outs) {
+                outputs.push_back(make_output(random_matrix(n_out, c.n_in, seed), n_out, c.dtype, seed + 1));
+                seed += 3;  // make_output uses seed + 1 and seed + 2
+            }
+            const std::string what = "split " + std::to_string(c.splits) + " gemv";
+            check_gemv(outputs, x, nw.data(), 1u, false, 0, what);
+            check_gemv(outputs, x, nullptr, 0u, true, 0, what);
+            check_gemv(outputs, x, nw.data(), 1u, true, 1, what);  // weights off alignment: the scalar path
+        }
+        const std::vector<float> x = random_floats(4096, -1, 1, seed++), nw = random_floats(4096, 0.5f, 1.5f, seed++);
+        check_gemv_swiglu(random_matrix(50, 4096, seed), random_matrix(50, 4096, seed + 1), bf16, 50, x, nw.data());
+        seed += 2;
+
+        // Several tokens: each gets the bits of its own (split) launch.
+        const int32_t n_in = 4096, n_tokens = 11, n_outs[2] = {40, 17};
+        REQUIRE(cuda_test::gemv_split_count(57, n_in, bf16, false) == 2);
+        std::vector<uint8_t> w[2];
+        std::vector<float> init[2];
+        for (int o = 0; o < 2; o++) {
+            w[o] = to_dtype(random_matrix(n_outs[o], n_in, seed++), bf16);
+            init[o] = random_floats(size_t(n_tokens) * n_outs[o], -1, 1, seed++);
+        }
+        const std::vector<float> xs = random_floats(size_t(n_tokens) * n_in, -1, 1, seed++);
+        const void* weights[2] = {w[0].data(), w[1].data()};
+        const DType dtypes[2] = {bf16, bf16};
+        const float* no_bias[2] = {nullptr, nullptr};
+        std::vector<float> all[2] = {init[0], init[1]};
+        float* outs[2] = {all[0].data(), all[1].data()};
+        cuda_test::gemv_tokens(outs, weights, dtypes, no_bias, n_outs, 2, xs.data(), n_tokens, n_in, nw.data(), kEps,
+                               true);
+        for (int32_t t = 0; t < n_tokens; t++) {
+            std::vector<float> one[2];
+            for (int o = 0; o < 2; o++)
+                one[o].assign(init[o].begin() + ptrdiff_t(t) * n_outs[o],
+                              init[o].begin() + ptrdiff_t(t + 1) * n_outs[o]);
+            float* one_outs[2] = {one[0].data(), one[1].data()};
+            cuda_test::gemv(one_outs, weights, dtypes, no_bias, n_outs, 2, xs.data() + size_t(t) * n_in, n_in,
+                            nw.data(), kEps, true);
+            for (int o = 0; o < 2; o++)
+                CHECK(std::memcmp(one[o].data(), all[o].data() + size_t(t) * n_outs[o], one[o].size() * 4) == 0);
+        }
+        std::vector<float> swiglu_all(size_t(n_tokens) * 16), swiglu_one(16);
+        cuda_test::gemv_swiglu_tokens(swiglu_all.data(), xs.data(), n_tokens, w[0].data(), w[1].data(), bf16, n_in, 16,
+                                      nw.data(), kEps);
+        for (int32_t t = 0; t < n_tokens; t++) {
+            cuda_test::gemv_swiglu(swiglu_one.data(), xs.data() + size_t(t) * n_in, w[0].data(), w[1].data(), bf16,
+                                   n_in, 16, nw.data(), kEps);
+            CHECK(std::memcmp(swiglu_one.data(), swiglu_all.data() + size_t(t) * 16, 16 * 4) == 0);
+        }
+
+        // The decode step's Q/K/V launch with RoPE pairs: the bits of the plain launch and rope_kv_write.
+        KvLayout layout;
+        layout.n_layers = 1, layout.block_size = 16, layout.n_kv_heads = 2, layout.head_dim = 64, layout.dtype = bf16;
+        const int32_t n_heads = 4, rope_in = 8192, n_blocks = 2;
+        REQUIRE(cuda_test::gemv_split_count(n_heads * 64 + 2 * 128, rope_in, bf16, false) == 4);
+        const int32_t rows[3] = {n_heads * 64, 128, 128};
+        std::vector<std::vector<uint8_t> > qkv;
+        for (int i = 0; i < 3; i++) qkv.push_back(to_dtype(random_matrix(rows[i], rope_in, seed++), bf16));
+        const std::vector<float> rx = random_floats(size_t(rope_in), -2, 2, seed++);
+        const std::vector<float> rnorm = random_floats(size_t(rope_in), 0.5f, 1.5f, seed++);
+        const std::vector<uint8_t> pool =
+            random_typed(size_t(n_blocks) * size_t(layout.block_elements()), bf16, -1, 1, seed++);
+        std::vector<float> inv_freq(32);
+        rope_inv_freq(inv_freq.data(), 64, 10000.0f, RopeScaling{});
+        const std::vector<int32_t> table = {1, 0};
+        const void* qkv_w[3] = {qkv[0].data(), qkv[1].data(), qkv[2].data()};
+        const float* qkv_b[3] = {nullptr, nullptr, nullptr};
+        std::vector<float> q_fused(static_cast<size_t>(rows[0])), q_plain(static_cast<size_t>(rows[0]));
+        std::vector<uint8_t> kv_fused(pool.size()), kv_plain(pool.size());
+        cuda_test::gemv_rope_kv(q_fused.data(), kv_fused.data(), q_plain.data(), kv_plain.data(), qkv_w, bf16, qkv_b,
+                                rx.data(), rope_in, rnorm.data(), kEps, pool.data(), n_blocks, layout, 0, table.data(),
+                                2, 21, inv_freq.data(), n_heads);
+        CHECK(std::memcmp(q_fused.data(), q_plain.data(), q_fused.size() * 4) == 0);
+        CHECK(kv_fused == kv_plain);
+        CHECK(kv_plain != pool);
+    }
+}
+
 #endif  // KVLM_CUDA
