@@ -3,23 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <numeric>
 
-#include "compute/cpu_ops.h"
+#include "generate/beam_candidates.h"
 #include "util/error.h"
 
 namespace kvlm {
 
 namespace {
-
-// log_softmax in float as torch computes it: x - max - log(sum(exp(x - max))). The sum by the CPU kernels'
-// SIMD exp (each term within 2 ulp of expf, summed in double): libm's double exp took 0.38 ms per 49,152
-// logits, so that a step of 4 beams on session 25's H100 spent more time here than on the device.
-void log_softmax(const float* logits, int32_t n, float* out) {
-    const float max = *std::max_element(logits, logits + n);
-    const float log_sum = float(std::log(exp_sum_cpu(logits, n, max)));
-    for (int32_t i = 0; i < n; i++) out[i] = logits[i] - max - log_sum;
-}
 
 struct Hypothesis {
     double score;
@@ -97,8 +87,9 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
         beams[size_t(b)].score = b == 0 ? 0.0f : -1e9f;
     }
     std::vector<std::vector<float>> beam_logits(size_t(n_beams), logits);
-    std::vector<float> scores(size_t(n_beams) * size_t(n_vocab));
-    std::vector<int32_t> order(scores.size());
+    std::vector<const float*> rows;
+    for (const std::vector<float>& row : beam_logits) rows.push_back(row.data());
+    std::vector<float> beam_scores(static_cast<size_t>(n_beams));
     const int32_t n_keep = 2 * n_beams;
     bool done = false;
     auto release_all = [&](std::vector<Beam>& list) {
@@ -107,22 +98,15 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
     try {
         for (int32_t step = 0; !done; step++) {
             const int32_t cur_len = step + 1;  // new tokens once this step's is appended (HF: cur_len - prompt)
-            for (int32_t b = 0; b < n_beams; b++) {
-                float* row = scores.data() + size_t(b) * size_t(n_vocab);
-                log_softmax(beam_logits[size_t(b)].data(), n_vocab, row);
-                for (int32_t t = 0; t < n_vocab; t++) row[t] += beams[size_t(b)].score;
-            }
-            // The 2N best (beam, token) pairs, best first; equal scores in index order.
-            std::iota(order.begin(), order.end(), 0);
-            std::partial_sort(order.begin(), order.begin() + n_keep, order.end(), [&](int32_t a, int32_t b) {
-                return scores[size_t(a)] > scores[size_t(b)] || (scores[size_t(a)] == scores[size_t(b)] && a < b);
-            });
+            // The 2N best (beam, token) pairs, best first; equal scores in (beam, token) order.
+            for (int32_t b = 0; b < n_beams; b++) beam_scores[size_t(b)] = beams[size_t(b)].score;
+            const std::vector<BeamCandidate> best = best_beam_candidates(rows, beam_scores, n_vocab, n_keep);
             std::vector<Beam> next;
             std::vector<int32_t> next_tokens;
-            for (int32_t rank = 0; rank < n_keep && int32_t(next.size()) < n_beams; rank++) {
-                const int32_t index = order[size_t(rank)], parent = index / n_vocab, token = index % n_vocab;
-                const float score = scores[size_t(index)];
-                const Beam& from = beams[size_t(parent)];
+            for (int32_t rank = 0; rank < int32_t(best.size()) && int32_t(next.size()) < n_beams; rank++) {
+                const int32_t token = best[size_t(rank)].token;
+                const float score = best[size_t(rank)].score;
+                const Beam& from = beams[size_t(best[size_t(rank)].beam)];
                 if (tokenizer.is_end_of_generation(token)) {
                     if (rank >= n_beams) continue;  // not among the top N: not a hypothesis
                     std::vector<int32_t> tokens = from.tokens;
@@ -139,7 +123,7 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
                 next_tokens.push_back(token);
             }
             KVLM_ASSERT(int32_t(next.size()) == n_beams, "beam search: fewer candidates than beams");
-            done = hypotheses.done(scores[size_t(order[0])], cur_len);
+            done = hypotheses.done(best[0].score, cur_len);
             release_all(beams);
             beams = std::move(next);
             if (done) break;
