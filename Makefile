@@ -110,7 +110,7 @@ test-cuda-emu: $(EMU_BIN) $(EMU_KVLM)
 	KVLM_CUDA_EMU=1 KVLM_BIN=$(abspath $(EMU_KVLM)) $(EMU_BIN) $(EMU_ARGS)
 # What CI runs (~1 min plus the build): the emulator's own checks, the cuBLAS path, stories260K through the
 # whole backend, KV block moves, a GPU session continued on the CPU, and bench on the CUDA path.
-EMU_SMOKE_ARGS := -tc='cuda kernels: emulator*,cuda kernels: cuBLAS*,cuda backend: stories260K*,cuda backend: KV blocks*,cuda backend: bad forward*,cuda cli: a session*,cuda cli: kvlm bench*,cuda cli: a KV pool*,cuda cli: --kv-dtype auto*,cuda cli: a quantized model*,cuda kernels: quantized*,cuda backend: quantized models decode*,cuda device peaks*,cuda kernels: the device sampler*,cuda cli: decode copies*,cuda cli: a GPU restore*,cuda cli: constrained output*,cuda cli: --spec*,cuda kernels: gemv over several*,cuda kernels: gemv rows split*,cuda backend: batched*,cuda backend: sequences sampled*,cuda backend: decode steps queued*'
+EMU_SMOKE_ARGS := -tc='cuda kernels: emulator*,cuda kernels: cuBLAS*,cuda backend: stories260K*,cuda backend: KV blocks*,cuda backend: bad forward*,cuda cli: a session*,cuda cli: kvlm bench*,cuda cli: a KV pool*,cuda cli: --kv-dtype auto*,cuda cli: a quantized model*,cuda kernels: quantized*,cuda backend: quantized models decode*,cuda device peaks*,cuda kernels: the device sampler*,cuda cli: decode copies*,cuda cli: a GPU restore*,cuda cli: constrained output*,cuda cli: --spec*,cuda kernels: gemv over several*,cuda kernels: gemv rows split*,cuda backend: batched*,cuda backend: sequences sampled*,cuda kernels: beam picks*,cuda backend: a beam*,cuda backend: decode steps queued*'
 test-cuda-emu-smoke:
 	+$(MAKE) test-cuda-emu EMU_ARGS="$(EMU_SMOKE_ARGS)"
 	+$(MAKE) test-gpu-script-emu

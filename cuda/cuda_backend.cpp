@@ -95,6 +95,9 @@ CudaBackend::~CudaBackend() {
                    "kvlm: CUDA transfers: {} decode steps, {} bytes device to host ({} per step); {} of the steps "
                    "enqueued before the host had their input token\n",
                    decode_steps_, decode_d2h_bytes_, decode_d2h_bytes_ / decode_steps_, decode_steps_ahead_);
+    if (transfer_stats_ && rows_passes_ > 0)
+        fmt::print(stderr, "kvlm: CUDA transfers: {} decode-row passes, {} bytes device to host ({} per pass)\n",
+                   rows_passes_, rows_d2h_bytes_, rows_d2h_bytes_ / uint64_t(rows_passes_));
 }
 
 DevicePeaks CudaBackend::peaks() const {
@@ -262,6 +265,9 @@ void CudaBackend::allocate_scratch() {
     sample_out_ = arena_.alloc<SampleResult>(size_t(kRowsPerPass), "the sampler's results");
     rows_sample_host_ =
         std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * (sizeof(SampleInputs) + sizeof(SampleResult)));
+    static_assert(kRowsPerPass <= kMaxBestRows, "a pass's best-token rows fit one launch");
+    best_out_ = arena_.alloc<TokenScore>(size_t(kRowsPerPass) * kMaxDeviceBest, "the best tokens");
+    rows_best_host_ = std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * kMaxDeviceBest * sizeof(TokenScore));
     attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;
     attention_.partials = arena_.alloc<float>(size_t(attention_.max_rows) * (kCudaMaxHeadDim + 2), "attention scratch");
     std::vector<float> inv_freq(size_t(c.head_dim / 2));

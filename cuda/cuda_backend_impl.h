@@ -185,12 +185,15 @@ private:
         float* logits;
         const SampleRequest* sample;  // the token picked on the device (samples_on_device), or null
         SampleOutcome* outcome;       // with sample: where its outcome goes
+        const SequenceInput* best;    // its best tokens picked on the device (SequenceInput::best), or null
     };
     void forward_rows(const SequenceInput* inputs, size_t n_inputs);
+    static bool best_on_device(const SequenceInput& in);
     void run_rows_pass(const SequenceInput* inputs, const DecodeRow* rows, int32_t n);
     void copy_back_rows(const DecodeRow* rows, int32_t n);
     std::string set_launch_rules(const BackendOptions& options);
     void finish_sampled_rows(const DecodeRow* rows, int32_t n);
+    void copy_best_rows(const DecodeRow* rows, int32_t w0, int32_t count);
     int64_t rows_graph_key(const std::vector<int32_t>& shape);
     template <typename Run>
     void enqueue_rows(int32_t n, const Run* runs, size_t n_runs);
@@ -253,12 +256,16 @@ private:
     SampleResult* rows_sample_results_host() const {
         return reinterpret_cast<SampleResult*>(rows_sample_inputs_host() + kRowsPerPass);
     }
+    TokenScore* best_out_ = nullptr;                // device: forward_rows' best tokens, [kRowsPerPass][kMaxDeviceBest]
+    std::unique_ptr<PinnedBuffer> rows_best_host_;  // their pinned copy
     DecodeSlots decode_slots_;     // host staging and results of the decode steps in flight
     bool steps_ahead_ = true;      // KVLM_CUDA_STEPS_AHEAD=0: chains_decode_steps says no
     bool transfer_stats_ = false;  // KVLM_CUDA_TRANSFERS=1: print the counters below at the end
     int64_t decode_steps_ = 0;
     uint64_t decode_d2h_bytes_ = 0;   // device-to-host bytes of decode steps (logits or sampled ids)
     int64_t decode_steps_ahead_ = 0;  // steps enqueued with the input token of the step still in flight
+    int64_t rows_passes_ = 0;         // forward_rows passes that wanted a row's logits or picks
+    uint64_t rows_d2h_bytes_ = 0;     // their device-to-host bytes (logits, sampled ids, best tokens)
     int32_t profile_pos_ = 0;         // the profiled step's position (for the K/V bytes attention reads)
     std::string name_;
 };

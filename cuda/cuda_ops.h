@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "compute/best_tokens.h"
 #include "compute/cpu_ops.h"
 #include "compute/gemv_launch_rules.h"
 
@@ -54,6 +55,20 @@ struct SampleResult {
 void launch_sample(float* logits,  // [n_rows, n_vocab], penalized in place
                    int32_t n_vocab, const SampleInputs* inputs, SampleResult* result, int32_t* step_token,
                    cudaStream_t stream, int32_t n_rows = 1);
+
+// best_tokens.cu: a beam-search step's best tokens where the logits are (Backend::SequenceInput::best). Block
+// r takes row r: max, log(sum(exp(x - max))) in a fixed tree order, then the n best tokens by score =
+// ((x - max) - log_sum) + bases.base[r], best first, equal scores in token order (best_tokens_cpu's rule in
+// the device's float sums), into out[r * out_stride ..]; token -1 past the row's usable logits.
+constexpr int32_t kMaxDeviceBest = 64;  // n at most (--beams 32); more: the host takes the logits
+constexpr int32_t kMaxBestRows = 64;    // rows of one launch
+struct BestTokensBases {
+    float base[kMaxBestRows];
+};
+void launch_best_tokens(const float* logits,  // [n_rows, n_vocab]
+                        int32_t n_vocab, int32_t n_rows, int32_t n, const BestTokensBases& bases,
+                        TokenScore* out,  // [n_rows, out_stride >= n]
+                        int32_t out_stride, cudaStream_t stream);
 
 // rmsnorm.cu: out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps). out may alias x.
 void launch_rmsnorm(float* out,           // [n, dim]

@@ -23,6 +23,9 @@ bool cublas_available(std::string* why_not);
 // the step's input token, then the token the kernel leaves for the next step's input.
 SampleOutcome sample(float* logits, int32_t n_vocab, const SampleRequest& request, int32_t* step_token = nullptr);
 
+// best_tokens.cu through launch_best_tokens: logits [n_rows, n_vocab], bases [n_rows]; out [n_rows, n].
+void best_tokens(const float* logits, int32_t n_rows, int32_t n_vocab, const float* bases, int32_t n, TokenScore* out);
+
 void embed(float* out, const int32_t* tokens, const void* table, DType dtype, int32_t n, int32_t dim,
            int32_t n_vocab);
 void rmsnorm(float* out, const float* x, const float* weight, int32_t n, int32_t dim, float eps);

@@ -1,4 +1,7 @@
-// cuda_test::sample: the device sampler on host logits (cuda_test_api.h).
+// cuda_test::sample and best_tokens: the device's token pickers on host logits (cuda_test_api.h).
+#include <algorithm>
+
+#include "cuda_ops.h"
 #include "cuda_test_api.h"
 #include "cuda_test_guard.h"
 #include "sample_host.h"
@@ -25,6 +28,20 @@ SampleOutcome sample(float* logits, int32_t n_vocab, const SampleRequest& reques
     if (step_token) *step_token = token;
     d_logits.download(logits);
     return sample_outcome(result);
+}
+
+void best_tokens(const float* logits, int32_t n_rows, int32_t n_vocab, const float* bases, int32_t n, TokenScore* out) {
+    require_device();
+    if (n_vocab < 1 || n_rows < 1 || n_rows > kMaxBestRows)
+        throw_error("cuda_test::best_tokens: n_vocab must be positive, rows 1 to {}", kMaxBestRows);
+    BestTokensBases b{};
+    for (int32_t r = 0; r < n_rows; r++) b.base[r] = bases[r];
+    GuardedBuffer d_logits("best_tokens logits", size_t(n_rows) * size_t(n_vocab) * sizeof(float)),
+        d_out("best_tokens out", size_t(n_rows) * size_t(std::max(n, 0)) * sizeof(TokenScore));
+    d_logits.upload(logits);
+    launch_best_tokens(d_logits.get<float>(), n_vocab, n_rows, n, b, d_out.get<TokenScore>(), n, nullptr);
+    finish();
+    d_out.download(out);
 }
 
 }  // namespace kvlm::cuda_test

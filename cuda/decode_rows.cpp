@@ -15,9 +15,18 @@ void CudaBackend::forward_sequences(const SequenceInput* inputs, size_t n_inputs
         const SequenceInput& in = inputs[i];
         if (!in.table) throw_error("cuda backend: forward_sequences: sequence {} has no block table", i);
         check_forward(in.tokens, in.n_tokens, in.pos, *in.table);
+        if (in.sample && in.best)
+            throw_error("cuda backend: forward_sequences: sequence {} asks for a sampled token and its best tokens", i);
         if (in.outcome) *in.outcome = {};  // kNeedsHost unless its row samples below
     }
     forward_rows(inputs, n_inputs);
+    for (size_t i = 0; i < n_inputs; i++)
+        if (!best_on_device(inputs[i])) best_tokens_on_host(inputs[i]);
+}
+
+// Whether a sequence's best tokens (SequenceInput::best) are picked where its logits are.
+bool CudaBackend::best_on_device(const SequenceInput& in) {
+    return in.best && in.logits && !in.all_logits && in.n_best >= 1 && in.n_best <= kMaxDeviceBest;
 }
 
 // The tokens of `inputs` (checked) as rows of the decode step's kernels, kRowsPerPass rows per pass in
@@ -31,6 +40,7 @@ void CudaBackend::forward_rows(const SequenceInput* inputs, size_t n_inputs) {
         const SequenceInput& in = inputs[i];
         // The last row picks the next token on the device when asked and the settings allow.
         const bool sampled = in.logits && !in.all_logits && in.sample && in.outcome && samples_on_device(*in.sample);
+        const bool best = !sampled && best_on_device(in);
         for (int32_t t = 0; t < in.n_tokens; t++) {
             float* dst = nullptr;
             if (in.logits && in.all_logits)
@@ -39,7 +49,7 @@ void CudaBackend::forward_rows(const SequenceInput* inputs, size_t n_inputs) {
                 dst = in.logits;
             const bool last = t + 1 == in.n_tokens;
             rows.push_back({in.tokens[t], in.pos + t, int32_t(i), dst, sampled && last ? in.sample : nullptr,
-                            sampled && last ? in.outcome : nullptr});
+                            sampled && last ? in.outcome : nullptr, best && last ? &in : nullptr});
         }
     }
     const size_t pass_rows = size_t(std::min({kRowsPerPass, max_batch_, kLogitsRows}));
@@ -135,7 +145,8 @@ void CudaBackend::run_rows_pass(const SequenceInput* inputs, const DecodeRow* ro
 
 // After the head GEMV of a pass (logits_ row w = the pass's w-th row that wants logits): the rows that
 // sample on the device pick their tokens there (sample.cu over each run of such rows; only their results
-// come back), the others' logits are copied back.
+// come back), the rows that want their best tokens get them there (best_tokens.cu, likewise), the others'
+// logits are copied back.
 void CudaBackend::copy_back_rows(const DecodeRow* rows, int32_t n) {
     const int32_t n_vocab = config_.n_vocab;
     SampleInputs* inputs_host = rows_sample_inputs_host();
@@ -145,23 +156,57 @@ void CudaBackend::copy_back_rows(const DecodeRow* rows, int32_t n) {
                       count);
         CUDA_CHECK(cudaMemcpyAsync(results_host + w0, sample_out_ + w0, size_t(count) * sizeof(SampleResult),
                                    cudaMemcpyDeviceToHost, stream()));
+        rows_d2h_bytes_ += size_t(count) * sizeof(SampleResult);
     };
+    // Runs of consecutive rows of one kind (sampled, best tokens), each kind's launch over its run.
+    enum Kind { kLogits, kSampled, kBest };
+    const auto kind = [](const DecodeRow& row) { return row.sample ? kSampled : row.best ? kBest : kLogits; };
     int32_t w = 0, run_start = -1;
+    Kind run_kind = kLogits;
+    const auto end_run = [&] {
+        if (run_start >= 0 && run_kind == kSampled) sampled_run(run_start, w - run_start);
+        if (run_start >= 0 && run_kind == kBest) copy_best_rows(rows, run_start, w - run_start);
+        run_start = -1;
+    };
     for (int32_t r = 0; r < n; r++) {
         if (!rows[r].logits) continue;
-        if (rows[r].sample) {
+        const Kind k = kind(rows[r]);
+        if (run_start >= 0 && k != run_kind) end_run();
+        if (k == kSampled) {
             const size_t bytes = fill_sample_inputs(inputs_host + w, *rows[r].sample);
             CUDA_CHECK(cudaMemcpyAsync(sample_in_ + w, inputs_host + w, bytes, cudaMemcpyHostToDevice, stream()));
-            if (run_start < 0) run_start = w;
-        } else {
-            if (run_start >= 0) sampled_run(run_start, w - run_start);
-            run_start = -1;
+        } else if (k == kLogits) {
             CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w) * n_vocab, size_t(n_vocab) * sizeof(float),
                                        cudaMemcpyDeviceToHost, stream()));
+            rows_d2h_bytes_ += size_t(n_vocab) * sizeof(float);
         }
+        if (k != kLogits && run_start < 0) run_start = w, run_kind = k;
         w++;
     }
-    if (run_start >= 0) sampled_run(run_start, w - run_start);
+    end_run();
+    rows_passes_++;
+}
+
+// Best-token rows [w0, w0 + count) of the pass's wanted rows: one launch, each row's picks copied into the
+// pinned buffer at row w * kMaxDeviceBest, where finish_sampled_rows hands them out.
+void CudaBackend::copy_best_rows(const DecodeRow* rows, int32_t w0, int32_t count) {
+    BestTokensBases bases{};
+    std::vector<int32_t> n_best(static_cast<size_t>(count));
+    for (int32_t r = 0, w = 0; w < w0 + count; r++) {
+        if (!rows[r].logits) continue;
+        if (w >= w0) bases.base[w - w0] = rows[r].best->best_base, n_best[size_t(w - w0)] = rows[r].best->n_best;
+        w++;
+    }
+    TokenScore* device = best_out_ + int64_t(w0) * kMaxDeviceBest;
+    launch_best_tokens(logits_ + int64_t(w0) * config_.n_vocab, config_.n_vocab, count,
+                       *std::max_element(n_best.begin(), n_best.end()), bases, device, kMaxDeviceBest, stream());
+    TokenScore* host = reinterpret_cast<TokenScore*>(rows_best_host_->data()) + int64_t(w0) * kMaxDeviceBest;
+    for (int32_t i = 0; i < count; i++) {
+        const size_t bytes = size_t(n_best[size_t(i)]) * sizeof(TokenScore);
+        CUDA_CHECK(cudaMemcpyAsync(host + int64_t(i) * kMaxDeviceBest, device + int64_t(i) * kMaxDeviceBest, bytes,
+                                   cudaMemcpyDeviceToHost, stream()));
+        rows_d2h_bytes_ += bytes;
+    }
 }
 
 // With the pass done: each sampled row's outcome; a row the device handed back (more candidates than it
@@ -169,10 +214,16 @@ void CudaBackend::copy_back_rows(const DecodeRow* rows, int32_t n) {
 void CudaBackend::finish_sampled_rows(const DecodeRow* rows, int32_t n) {
     const int32_t n_vocab = config_.n_vocab;
     const SampleResult* results_host = rows_sample_results_host();
+    const TokenScore* best_host = reinterpret_cast<const TokenScore*>(rows_best_host_->data());
     bool copied = false;
     int32_t w = 0;
     for (int32_t r = 0; r < n; r++) {
         if (!rows[r].logits) continue;
+        if (rows[r].best) {
+            const SequenceInput& in = *rows[r].best;
+            const TokenScore* got = best_host + int64_t(w) * kMaxDeviceBest;
+            std::copy(got, got + std::min(in.n_best, n_vocab), in.best);
+        }
         if (rows[r].sample) {
             *rows[r].outcome = sample_outcome(results_host[w]);
             if (rows[r].outcome->status == SampleOutcome::kNeedsHost) {

@@ -141,11 +141,12 @@ stage_tests() {
     if command -v compute-sanitizer >/dev/null; then
         memcheck=$(sanitize memcheck 120 'cuda kernels: gemv*,cuda kernels: decode-step*') ||
             fail "$memcheck"
-        samplecheck=$(sanitize memcheck 90 'cuda kernels: the device sampler*,cuda backend: sequences sampled*' memcheck-sampler) ||
+        samplecheck=$(sanitize memcheck 90 'cuda kernels: the device sampler*,cuda backend: sequences sampled*,cuda kernels: beam picks*,cuda backend: a beam*' memcheck-sampler) ||
             fail "$samplecheck"
         # The tensor-core prefill attention, the multi-token GEMVs (several tokens' rms sums and staging
-        # through one block's shared memory) and the split GEMV rows (their warps' sums handed over there).
-        local shared='cuda kernels: prefill attention on tensor cores vs the CPU twin and the paged kernel,cuda kernels: gemv over several tokens*,cuda kernels: gemv rows split*'
+        # through one block's shared memory), the split GEMV rows (their warps' sums handed over there) and the
+        # beam picks (a block's reductions, round after round).
+        local shared='cuda kernels: prefill attention on tensor cores vs the CPU twin and the paged kernel,cuda kernels: gemv over several tokens*,cuda kernels: gemv rows split*,cuda kernels: beam picks*'
         racecheck=$(sanitize racecheck 90 "$shared") || fail "$racecheck"
         synccheck=$(sanitize synccheck 60 "$shared") || fail "$synccheck"
     else
@@ -379,7 +380,7 @@ stage_tune() {
     header tune
     local models=${KVLM_GPU_TUNE_MODELS:-"llama-3.2-1b:llama3:bf16 llama-3.2-1b:llama3:q4_0 smollm2-135m:smollm2:bf16"}
     local rules=${KVLM_GPU_TUNE_RULES:-"0:0:auto 128:2:auto 128:4:auto 128:8:auto 256:4:auto 256:8:auto 128:4:0 128:8:0 256:4:0 128:4:1 256:4:1"}
-    local gemv_rules=${KVLM_GPU_TUNE_GEMV_RULES:-"0:0:0:1 1:0:0:1 2:0:0:1 4:0:0:1 0:128:0:1 0:256:0:1 1:128:0:1 2:128:0:1 1:256:0:1 2:256:0:1 4:256:0:1 0:0:16:1 0:0:24:1 0:0:32:1 0:0:0:0 0:0:32:0"}
+    local gemv_rules=${KVLM_GPU_TUNE_GEMV_RULES:-"0:0:0:1 1:0:0:1 2:0:0:1 4:0:0:1 0:128:0:1 0:256:0:1 1:128:0:1 2:128:0:1 1:256:0:1 2:256:0:1 4:256:0:1 0:0:16:1 0:0:32:1 0:0:48:1 0:0:64:1 0:0:0:0 0:0:48:0"}
     local spec shape tok dtype m rule split fill one rows threads warps stage tests ms=()
     for spec in $models; do
         IFS=: read -r shape tok dtype <<<"$spec"

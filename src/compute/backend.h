@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "compute/best_tokens.h"
 #include "compute/gemv_launch_rules.h"
 #include "format/dtype.h"
 #include "format/model_config.h"
@@ -102,6 +103,12 @@ public:
         // left unwritten; otherwise *outcome is kNeedsHost and the logits are in `logits` for the CPU sampler.
         const SampleRequest* sample = nullptr;
         SampleOutcome* outcome = nullptr;
+        // Optional, with logits and not all_logits, not with sample (beam search): the row's min(n_best, n_vocab)
+        // best tokens by best_tokens_cpu's rule with base best_base, into best[], computed where the logits are
+        // (CUDA: on the device, in its own float order, `logits` then left unwritten; up to 64 of them).
+        int32_t n_best = 0;
+        float best_base = 0;
+        TokenScore* best = nullptr;
     };
     // forward() of several sequences (distinct block tables, or shared blocks only before their writes) in
     // one call: a backend that batches runs all their rows through each weight matrix once, so N sequences
@@ -113,7 +120,13 @@ public:
             const SequenceInput& in = inputs[i];
             if (in.outcome) *in.outcome = {};
             forward(in.tokens, in.n_tokens, in.pos, *in.table, in.logits, in.all_logits);
+            best_tokens_on_host(in);
         }
+    }
+    // SequenceInput::best from its logits on the host (nothing when it asks for none).
+    void best_tokens_on_host(const SequenceInput& in) const {
+        if (in.best && in.logits && !in.all_logits)
+            best_tokens_cpu(in.logits, config().n_vocab, in.best_base, in.n_best, in.best);
     }
 
     // Whether decode_sample picks tokens on the device for these settings (CUDA: greedy; top-k up to 1024; or

@@ -173,6 +173,7 @@ public:
             n_rows += in.n_tokens;
         }
         flush();
+        for (size_t i = 0; i < n_inputs; i++) best_tokens_on_host(inputs[i]);
     }
 
 private:

@@ -1,8 +1,11 @@
 // One beam-search step's selection: the best (beam, token) continuations by summed log-probability, as
-// Hugging Face's beam search ranks them (generate/beam_search.h), without scoring every (beam, token) pair.
+// Hugging Face's beam search ranks them (generate/beam_search.h), from each beam's own best tokens
+// (compute/best_tokens.h) rather than every (beam, token) pair.
 #pragma once
 #include <cstdint>
 #include <vector>
+
+#include "compute/best_tokens.h"
 
 namespace kvlm {
 
@@ -12,14 +15,13 @@ struct BeamCandidate {
     int32_t token;
 };
 
-// The n best candidates over beams b = 0.. with next-token logits rows[b] ([n_vocab]) and scores
-// beam_scores[b], best first; equal scores in (beam, token) order. Exactly the first n of all
-// n_beams x n_vocab pairs sorted so, but each row is one pass that scores only the logits that can still
-// enter its n best (a score rises with its logit, so the rest cannot).
+// The n best of the beams' candidates, best first, equal scores in (beam, token) order: best[b] holds beam
+// b's own best tokens (at least n of them, or all it has; token -1 entries are skipped). The overall n best
+// are among the beams' own n best, so this is exactly the first n of all pairs sorted so.
+std::vector<BeamCandidate> merge_beam_candidates(const std::vector<std::vector<TokenScore>>& best, int32_t n);
+
+// The same from the beams' logits rows[b] ([n_vocab]) and scores beam_scores[b] (best_tokens_cpu per beam).
 std::vector<BeamCandidate> best_beam_candidates(const std::vector<const float*>& rows,
                                                 const std::vector<float>& beam_scores, int32_t n_vocab, int32_t n);
-
-// log_softmax in float as torch computes it: x - max - log(sum(exp(x - max))).
-void log_softmax(const float* logits, int32_t n, float* out);
 
 }  // namespace kvlm

@@ -87,10 +87,13 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
         beams[size_t(b)].score = b == 0 ? 0.0f : -1e9f;
     }
     std::vector<std::vector<float>> beam_logits(size_t(n_beams), logits);
-    std::vector<const float*> rows;
-    for (const std::vector<float>& row : beam_logits) rows.push_back(row.data());
-    std::vector<float> beam_scores(static_cast<size_t>(n_beams));
     const int32_t n_keep = 2 * n_beams;
+    // Each beam's own 2N best tokens (scored with its beam's sum): the step's 2N best are among them. The
+    // first step's from the prompt's logits, the others' from forward_sequences (on the GPU, where the
+    // logits are: only 2N scores per beam come back).
+    std::vector<std::vector<TokenScore>> beam_best(size_t(n_beams), std::vector<TokenScore>(size_t(n_keep), {0, -1}));
+    for (int32_t b = 0; b < n_beams; b++)
+        best_tokens_cpu(logits.data(), n_vocab, beams[size_t(b)].score, n_keep, beam_best[size_t(b)].data());
     bool done = false;
     auto release_all = [&](std::vector<Beam>& list) {
         for (Beam& beam : list) cache.release(beam.seq);
@@ -99,8 +102,7 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
         for (int32_t step = 0; !done; step++) {
             const int32_t cur_len = step + 1;  // new tokens once this step's is appended (HF: cur_len - prompt)
             // The 2N best (beam, token) pairs, best first; equal scores in (beam, token) order.
-            for (int32_t b = 0; b < n_beams; b++) beam_scores[size_t(b)] = beams[size_t(b)].score;
-            const std::vector<BeamCandidate> best = best_beam_candidates(rows, beam_scores, n_vocab, n_keep);
+            const std::vector<BeamCandidate> best = merge_beam_candidates(beam_best, n_keep);
             std::vector<Beam> next;
             std::vector<int32_t> next_tokens;
             for (int32_t rank = 0; rank < int32_t(best.size()) && int32_t(next.size()) < n_beams; rank++) {
@@ -147,6 +149,7 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
                 in.pos = beam.seq.table.n_tokens;
                 in.table = &beam.seq.table;
                 in.logits = beam_logits[size_t(b)].data();
+                in.n_best = n_keep, in.best_base = beam.score, in.best = beam_best[size_t(b)].data();
             }
             result.peak_blocks = std::max(result.peak_blocks, engine.pool().n_used());
             backend.forward_sequences(inputs.data(), inputs.size());

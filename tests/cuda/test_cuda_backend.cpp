@@ -447,6 +447,75 @@ TEST_CASE(
     CHECK(outcome.status == SampleOutcome::kNeedsHost);
 }
 
+// Beam search's picks (SequenceInput::best) in a pass that mixes every kind of row: two sequences whose best
+// tokens the device picks, one asking for 100 (past the device's 64: the host picks them from the copied
+// logits), one asking for plain logits, one sampled greedily. Against a second backend's plain logits (the
+// same bits, rows being exact): best_tokens_cpu's tokens, scores within the float rounding of the device's
+// sums, the host-picked row exactly, the plain row's logits bit for bit, the greedy row's argmax.
+TEST_CASE("cuda backend: a beam's best tokens are picked where its logits are, beside rows of other kinds") {
+    if (!have_cuda()) return;
+    ModelConfig config = small_random_config();
+    config.n_vocab = 3000;
+    auto m = make_random_model(config, DType::f32, 13);
+    const int32_t n_vocab = config.n_vocab;
+    constexpr int kSeqs = 5;
+    BackendOptions options;
+    options.block_size = 16, options.kv_dtype = DType::f32, options.n_kv_blocks = kSeqs * 2;
+    auto picks = make_cuda_backend(m->config, m->weights, options);
+    auto plain = make_cuda_backend(m->config, m->weights, options);
+    BlockTable tables[kSeqs];
+    std::vector<int32_t> prompts[kSeqs];
+    std::vector<float> logits[kSeqs], plain_logits[kSeqs];
+    for (int i = 0; i < kSeqs; i++) {
+        tables[i].blocks = {2 * i + 1, 2 * i};
+        prompts[i] = random_tokens(20 + i, n_vocab, uint32_t(40 + i));
+        logits[i].resize(size_t(n_vocab)), plain_logits[i].resize(size_t(n_vocab));
+        for (Backend* b : {picks.get(), plain.get()})
+            b->forward(prompts[i].data(), int32_t(prompts[i].size()) - 1, 0, tables[i], logits[i].data());
+    }
+    const int32_t n_best[kSeqs] = {6, 0, 100, 6, 0};
+    const float bases[kSeqs] = {-1.5f, 0, -0.25f, 0, 0};
+    std::vector<TokenScore> best[kSeqs];
+    SampleRequest greedy;  // temperature 0
+    SampleOutcome outcome;
+    std::vector<Backend::SequenceInput> inputs(kSeqs), plain_inputs(kSeqs);
+    for (int i = 0; i < kSeqs; i++) {
+        for (Backend::SequenceInput* in : {&inputs[size_t(i)], &plain_inputs[size_t(i)]}) {
+            in->tokens = &prompts[i].back(), in->n_tokens = 1, in->pos = int32_t(prompts[i].size()) - 1;
+            in->table = &tables[i];
+        }
+        inputs[size_t(i)].logits = logits[i].data(), plain_inputs[size_t(i)].logits = plain_logits[i].data();
+        if (n_best[i] > 0) {
+            best[i].assign(size_t(n_best[i]), {0, -2});
+            inputs[size_t(i)].n_best = n_best[i], inputs[size_t(i)].best_base = bases[i];
+            inputs[size_t(i)].best = best[i].data();
+        }
+    }
+    inputs[4].sample = &greedy, inputs[4].outcome = &outcome;
+    picks->forward_sequences(inputs.data(), inputs.size());
+    plain->forward_sequences(plain_inputs.data(), plain_inputs.size());
+    for (int i : {0, 2, 3}) {
+        CAPTURE(i);
+        std::vector<TokenScore> want(static_cast<size_t>(n_best[i]));
+        best_tokens_cpu(plain_logits[i].data(), n_vocab, bases[i], n_best[i], want.data());
+        for (int32_t k = 0; k < n_best[i]; k++) {
+            CAPTURE(k);
+            CHECK(best[i][size_t(k)].token == want[size_t(k)].token);
+            if (i == 2)
+                CHECK(best[i][size_t(k)].score == want[size_t(k)].score);  // the host's pick, from the copied logits
+            else
+                CHECK(std::fabs(best[i][size_t(k)].score - want[size_t(k)].score) <= 1e-5f);
+        }
+    }
+    CHECK(std::memcmp(logits[1].data(), plain_logits[1].data(), size_t(n_vocab) * sizeof(float)) == 0);
+    REQUIRE(outcome.status == SampleOutcome::kToken);
+    CHECK(outcome.token ==
+          int32_t(std::max_element(plain_logits[4].begin(), plain_logits[4].end()) - plain_logits[4].begin()));
+    inputs[0].sample = &greedy;
+    CHECK_THROWS_WITH_AS(picks->forward_sequences(inputs.data(), 1),
+                         doctest::Contains("asks for a sampled token and its best tokens"), Error);
+}
+
 TEST_CASE("cuda backend: attention's and the GEMVs' launch rules (a sweep's) keep decode near the CPU, rows equal to steps") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 31);

@@ -367,8 +367,19 @@ TEST_CASE("cuda cli: --spec, --samples and --beams on the GPU keep the output of
     }
     CHECK(together.out == one_by_one);
 
-    CliResult beams = run({"-p", "Once upon a time", "-n", "10", "--beams", "3"});
-    CliResult cpu_beams = run_kvlm({"run", "-m", model, "--device", "cpu", "-p", "Once upon a time", "-n", "10", "--beams", "3"});
+    // Beams: each step's picks are made where the logits are, only 2N (score, token) pairs per beam come
+    // back (3 beams x 6 x 8 bytes a pass; the prompt, longer than 16 tokens, is a prefill, not a row pass),
+    // and the hypothesis is the CPU's.
+    CliResult beams = run_shell("KVLM_CUDA_TRANSFERS=1 " + kvlm_command({"run", "-m", model, "--device", "cuda", "-p",
+                                                                         prompt, "-n", "10", "--beams", "3"}));
+    REQUIRE_MESSAGE(beams.exit_code == 0, beams.err);
+    CliResult cpu_beams = run_kvlm({"run", "-m", model, "--device", "cpu", "-p", prompt, "-n", "10", "--beams", "3"});
     REQUIRE_MESSAGE(cpu_beams.exit_code == 0, cpu_beams.err);
     CHECK(beams.out == cpu_beams.out);
+    REQUIRE_MESSAGE(
+        std::regex_search(beams.err, m,
+                          std::regex("(\\d+) decode-row passes, \\d+ bytes device to host \\((\\d+) per pass\\)")),
+        beams.err);
+    CHECK(std::stoi(m[1].str()) >= 1);
+    CHECK(std::stoi(m[2].str()) == 3 * 6 * 8);
 }
