@@ -11,7 +11,7 @@
 #   bash tools/gpu_session.sh cpu      # ~3 min: CPU decode and prefill from 1 to all cores (the dev VMs have 2)
 #   bash tools/gpu_session.sh peer     # llama.cpp's llama-bench beside kvlm bench, same GPU, same weights (carry .carry-peer too)
 #   bash tools/gpu_session.sh peer8b   # the same for the Llama-3-8B shape in bf16
-#   bash tools/gpu_session.sh tune     # ~3 min: attention's and the GEMVs' launch rules swept (1B bf16/q4_0, SmolLM2; 8B GEMVs)
+#   bash tools/gpu_session.sh tune     # ~5 min: attention's and the GEMVs' launch rules swept (1B bf16/q4_0, SmolLM2; 8B GEMVs)
 # Times are session 15's on an H200 (bench/RESULTS.md, "GPU"); docs/CUDA.md says what to do with each verdict.
 # Converted models stay in $KVLM_GPU_MODELS (default /tmp/kvlm-models) while the machine is warm.
 # `make test-gpu-script-emu` runs the smoke and tests stages over the CPU emulator (KVLM_CUDA_EMU=1, with
@@ -380,7 +380,7 @@ stage_tune() {
     header tune
     local models=${KVLM_GPU_TUNE_MODELS:-"llama-3.2-1b:llama3:bf16 llama-3.2-1b:llama3:q4_0 smollm2-135m:smollm2:bf16"}
     local rules=${KVLM_GPU_TUNE_RULES:-"0:0:auto 128:2:auto 128:4:auto 128:8:auto 256:4:auto 256:8:auto 128:4:0 128:8:0 256:4:0 128:4:1 256:4:1"}
-    local gemv_rules=${KVLM_GPU_TUNE_GEMV_RULES:-"0:0:0:1 1:0:0:1 2:0:0:1 4:0:0:1 0:128:0:1 0:256:0:1 1:128:0:1 2:128:0:1 1:256:0:1 2:256:0:1 4:256:0:1 0:0:16:1 0:0:32:1 0:0:48:1 0:0:64:1 0:0:0:0 0:0:48:0"}
+    local gemv_rules=${KVLM_GPU_TUNE_GEMV_RULES:-"0:0:0:1 1:0:0:1 2:0:0:1 4:0:0:1 0:128:0:1 0:256:0:1 0:0:16:1 0:0:32:1 0:0:48:1 0:0:64:1 0:0:0:0 0:0:48:0"}
     local spec shape tok dtype m rule split fill one rows threads warps stage tests ms=()
     for spec in $models; do
         IFS=: read -r shape tok dtype <<<"$spec"
