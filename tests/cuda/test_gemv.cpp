@@ -178,6 +178,42 @@ void check_gemv_swiglu(const std::vector<float>& gate_f32, const std::vector<flo
     check_gemv_close(got, want, n_in, s.str());
 }
 
+// launch_gemv_tokens of two outputs (weights w[o] [n_outs[o], n_in] in dtype, biases or null, accumulating
+// into init[o] [n_tokens, n_outs[o]], normed) over x [n_tokens, n_in] against one launch per token, then
+// launch_gemv_swiglu_tokens over the first 16 rows of both matrices likewise: each token's outputs bit for bit.
+void check_tokens_as_own_launches(const std::vector<uint8_t> (&w)[2], DType dtype, const float* const (&biases)[2],
+                                  const int32_t (&n_outs)[2], const std::vector<float> (&init)[2],
+                                  const std::vector<float>& x, int32_t n_tokens, int32_t n_in,
+                                  const std::vector<float>& nw) {
+    const void* weights[2] = {w[0].data(), w[1].data()};
+    const DType dtypes[2] = {dtype, dtype};
+    // All tokens at once ...
+    std::vector<float> all[2] = {init[0], init[1]};
+    float* outs[2] = {all[0].data(), all[1].data()};
+    cuda_test::gemv_tokens(outs, weights, dtypes, biases, n_outs, 2, x.data(), n_tokens, n_in, nw.data(), kEps, true);
+    // ... against one launch per token.
+    for (int32_t t = 0; t < n_tokens; t++) {
+        std::vector<float> one[2];
+        for (int o = 0; o < 2; o++)
+            one[o].assign(init[o].begin() + ptrdiff_t(t) * n_outs[o], init[o].begin() + ptrdiff_t(t + 1) * n_outs[o]);
+        float* one_outs[2] = {one[0].data(), one[1].data()};
+        cuda_test::gemv(one_outs, weights, dtypes, biases, n_outs, 2, x.data() + size_t(t) * n_in, n_in, nw.data(),
+                        kEps, true);
+        for (int o = 0; o < 2; o++)
+            CHECK(std::memcmp(one[o].data(), all[o].data() + size_t(t) * n_outs[o], one[o].size() * 4) == 0);
+    }
+    // SwiGLU, gate and up in the same dtype.
+    const int32_t n_ff = 16;  // rows of both matrices
+    std::vector<float> swiglu_all(size_t(n_tokens) * n_ff), swiglu_one(static_cast<size_t>(n_ff));
+    cuda_test::gemv_swiglu_tokens(swiglu_all.data(), x.data(), n_tokens, w[0].data(), w[1].data(), dtype, n_in, n_ff,
+                                  nw.data(), kEps);
+    for (int32_t t = 0; t < n_tokens; t++) {
+        cuda_test::gemv_swiglu(swiglu_one.data(), x.data() + size_t(t) * n_in, w[0].data(), w[1].data(), dtype, n_in,
+                               n_ff, nw.data(), kEps);
+        CHECK(std::memcmp(swiglu_one.data(), swiglu_all.data() + size_t(t) * n_ff, size_t(n_ff) * 4) == 0);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("cuda kernels: gemv tolerance rejects a dropped input element") {
@@ -365,35 +401,8 @@ TEST_CASE("cuda kernels: gemv over several tokens gives each token the bits of i
             }
             const std::vector<float> x = random_floats(size_t(n_tokens) * n_in, -1, 1, seed++);
             const std::vector<float> nw = random_floats(size_t(n_in), 0.5f, 1.5f, seed++);
-            const void* weights[2] = {w[0].data(), w[1].data()};
-            const DType dtypes[2] = {dtype, dtype};
             const float* biases[2] = {bias[0].data(), bias[1].data()};
-            // All tokens at once (accumulating into init, normed, with bias) ...
-            std::vector<float> all[2] = {init[0], init[1]};
-            float* outs[2] = {all[0].data(), all[1].data()};
-            cuda_test::gemv_tokens(outs, weights, dtypes, biases, n_outs, 2, x.data(), n_tokens, n_in, nw.data(), kEps,
-                                   true);
-            // ... against one launch per token.
-            for (int32_t t = 0; t < n_tokens; t++) {
-                std::vector<float> one[2];
-                for (int o = 0; o < 2; o++)
-                    one[o].assign(init[o].begin() + ptrdiff_t(t) * n_outs[o], init[o].begin() + ptrdiff_t(t + 1) * n_outs[o]);
-                float* one_outs[2] = {one[0].data(), one[1].data()};
-                cuda_test::gemv(one_outs, weights, dtypes, biases, n_outs, 2, x.data() + size_t(t) * n_in, n_in,
-                                nw.data(), kEps, true);
-                for (int o = 0; o < 2; o++)
-                    CHECK(std::memcmp(one[o].data(), all[o].data() + size_t(t) * n_outs[o], one[o].size() * 4) == 0);
-            }
-            // SwiGLU, gate and up in the same dtype.
-            const int32_t n_ff = 16;  // rows of both matrices (40 and 17)
-            std::vector<float> swiglu_all(size_t(n_tokens) * n_ff), swiglu_one(static_cast<size_t>(n_ff));
-            cuda_test::gemv_swiglu_tokens(swiglu_all.data(), x.data(), n_tokens, w[0].data(), w[1].data(), dtype, n_in,
-                                          n_ff, nw.data(), kEps);
-            for (int32_t t = 0; t < n_tokens; t++) {
-                cuda_test::gemv_swiglu(swiglu_one.data(), x.data() + size_t(t) * n_in, w[0].data(), w[1].data(), dtype,
-                                       n_in, n_ff, nw.data(), kEps);
-                CHECK(std::memcmp(swiglu_one.data(), swiglu_all.data() + size_t(t) * n_ff, size_t(n_ff) * 4) == 0);
-            }
+            check_tokens_as_own_launches(w, dtype, biases, n_outs, init, x, n_tokens, n_in, nw);
         }
     }
 }
@@ -472,32 +481,8 @@ TEST_CASE("cuda kernels: gemv rows split across warps match the CPU and keep one
             init[o] = random_floats(size_t(n_tokens) * n_outs[o], -1, 1, seed++);
         }
         const std::vector<float> xs = random_floats(size_t(n_tokens) * n_in, -1, 1, seed++);
-        const void* weights[2] = {w[0].data(), w[1].data()};
-        const DType dtypes[2] = {bf16, bf16};
         const float* no_bias[2] = {nullptr, nullptr};
-        std::vector<float> all[2] = {init[0], init[1]};
-        float* outs[2] = {all[0].data(), all[1].data()};
-        cuda_test::gemv_tokens(outs, weights, dtypes, no_bias, n_outs, 2, xs.data(), n_tokens, n_in, nw.data(), kEps,
-                               true);
-        for (int32_t t = 0; t < n_tokens; t++) {
-            std::vector<float> one[2];
-            for (int o = 0; o < 2; o++)
-                one[o].assign(init[o].begin() + ptrdiff_t(t) * n_outs[o],
-                              init[o].begin() + ptrdiff_t(t + 1) * n_outs[o]);
-            float* one_outs[2] = {one[0].data(), one[1].data()};
-            cuda_test::gemv(one_outs, weights, dtypes, no_bias, n_outs, 2, xs.data() + size_t(t) * n_in, n_in,
-                            nw.data(), kEps, true);
-            for (int o = 0; o < 2; o++)
-                CHECK(std::memcmp(one[o].data(), all[o].data() + size_t(t) * n_outs[o], one[o].size() * 4) == 0);
-        }
-        std::vector<float> swiglu_all(size_t(n_tokens) * 16), swiglu_one(16);
-        cuda_test::gemv_swiglu_tokens(swiglu_all.data(), xs.data(), n_tokens, w[0].data(), w[1].data(), bf16, n_in, 16,
-                                      nw.data(), kEps);
-        for (int32_t t = 0; t < n_tokens; t++) {
-            cuda_test::gemv_swiglu(swiglu_one.data(), xs.data() + size_t(t) * n_in, w[0].data(), w[1].data(), bf16,
-                                   n_in, 16, nw.data(), kEps);
-            CHECK(std::memcmp(swiglu_one.data(), swiglu_all.data() + size_t(t) * 16, 16 * 4) == 0);
-        }
+        check_tokens_as_own_launches(w, bf16, no_bias, n_outs, init, xs, n_tokens, n_in, nw);
 
         // The decode step's Q/K/V launch with RoPE pairs: the bits of the plain launch and rope_kv_write.
         KvLayout layout;
