@@ -20,8 +20,4 @@ struct BeamCandidate {
 // are among the beams' own n best, so this is exactly the first n of all pairs sorted so.
 std::vector<BeamCandidate> merge_beam_candidates(const std::vector<std::vector<TokenScore>>& best, int32_t n);
 
-// The same from the beams' logits rows[b] ([n_vocab]) and scores beam_scores[b] (best_tokens_cpu per beam).
-std::vector<BeamCandidate> best_beam_candidates(const std::vector<const float*>& rows,
-                                                const std::vector<float>& beam_scores, int32_t n_vocab, int32_t n);
-
 }  // namespace kvlm

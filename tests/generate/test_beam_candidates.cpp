@@ -1,8 +1,8 @@
-// A beam-search step's selection (generate/beam_candidates.h) against the plain rule it replaces: score every
-// (beam, token) pair as log_softmax(row)[token] + the beam's score, sort all of them best first (equal scores
-// in (beam, token) order), keep the first n. Random rows, rows of close logits, many equal logits, and rows whose
-// different logits round to one score (a beam at -1e9, as every beam but the first starts), where the rule's
-// tie order picks the lowest token however low its logit.
+// A beam-search step's selection (each beam's best_tokens_cpu, then merge_beam_candidates) against the plain
+// rule it replaces: score every (beam, token) pair as log_softmax(row)[token] + the beam's score, sort all of
+// them best first (equal scores in (beam, token) order), keep the first n. Random rows, rows of close logits,
+// many equal logits, and rows whose different logits round to one score (a beam at -1e9, as every beam but
+// the first starts), where the rule's tie order picks the lowest token however low its logit.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -36,11 +36,19 @@ std::vector<BeamCandidate> by_sorting_all(const std::vector<std::vector<float>>&
     return out;
 }
 
+// As beam_search takes them: each beam's own best (best_tokens_cpu), merged.
+std::vector<BeamCandidate> by_merging_each_beams_best(const std::vector<std::vector<float>>& rows,
+                                                      const std::vector<float>& beam_scores, int32_t n_vocab,
+                                                      int32_t n) {
+    std::vector<std::vector<TokenScore>> best(rows.size(), std::vector<TokenScore>(size_t(n), {0, -1}));
+    for (size_t b = 0; b < rows.size(); b++)
+        best_tokens_cpu(rows[b].data(), n_vocab, beam_scores[b], n, best[b].data());
+    return merge_beam_candidates(best, n);
+}
+
 void check_selection(const std::vector<std::vector<float>>& rows, const std::vector<float>& beam_scores,
                      int32_t n_vocab, int32_t n, const char* what) {
-    std::vector<const float*> pointers;
-    for (const auto& row : rows) pointers.push_back(row.data());
-    const std::vector<BeamCandidate> got = best_beam_candidates(pointers, beam_scores, n_vocab, n);
+    const std::vector<BeamCandidate> got = by_merging_each_beams_best(rows, beam_scores, n_vocab, n);
     const std::vector<BeamCandidate> want = by_sorting_all(rows, beam_scores, n_vocab, n);
     INFO(what << ": " << rows.size() << " beams, n_vocab " << n_vocab << ", n " << n);
     REQUIRE(got.size() == want.size());
