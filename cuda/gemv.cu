@@ -334,8 +334,11 @@ void launch_token_groups(GemvParams p, int32_t n_tokens, DType dtype, int n_weig
     }
 }
 
-// set_gemv_launch_rules's values; relaxed: set before any launch of the backend that reads them.
-std::atomic<int> g_rows_per_warp{0}, g_threads{0}, g_split_warps{0}, g_stage_x{1};
+// set_gemv_launch_rules's values, GemvLaunchRules' defaults until a backend sets them; relaxed: set before
+// any launch of the backend that reads them.
+constexpr GemvLaunchRules kDefaultRules{};
+std::atomic<int> g_rows_per_warp{kDefaultRules.rows_per_warp}, g_threads{kDefaultRules.threads},
+    g_split_warps{kDefaultRules.split_warps_per_sm}, g_stage_x{kDefaultRules.stage_x};
 
 }  // namespace
 
