@@ -43,6 +43,27 @@ bool better(const TokenScore& a, const TokenScore& b) {
 
 }  // namespace
 
+int32_t argmax_cpu(const float* x, int32_t n, bool* all_finite) {
+    float m[8];
+    bool finite[8];
+    for (int k = 0; k < 8; k++) m[k] = -INFINITY, finite[k] = true;
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            const float v = x[i + k];
+            finite[k] &= v - v == 0.0f;  // false for NaN and +-inf
+            m[k] = v > m[k] ? v : m[k];
+        }
+    bool all = true;
+    float max = -INFINITY;
+    for (; i < n; i++) all &= x[i] - x[i] == 0.0f, max = x[i] > max ? x[i] : max;
+    for (int k = 0; k < 8; k++) all &= finite[k], max = m[k] > max ? m[k] : max;
+    if (all_finite) *all_finite = all;
+    for (int32_t j = 0; j < n; j++)
+        if (x[j] == max) return j;
+    return 0;
+}
+
 void log_softmax(const float* logits, int32_t n, float* out) {
     const RowNorm norm = row_norm(logits, n);
     for (int32_t i = 0; i < n; i++) out[i] = logits[i] - norm.max - norm.log_sum;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "compute/best_tokens.h"
 #include "generate/generate.h"
 #include "util/error.h"
 
@@ -57,7 +58,7 @@ std::vector<int32_t> DraftModel::draft(const std::vector<int32_t>& history, int3
         prefill(*engine_, seq_, std::vector<int32_t>(history.begin() + std::ptrdiff_t(common), history.end())).logits;
     std::vector<int32_t> drafted;
     for (;;) {
-        const int32_t token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        const int32_t token = argmax_cpu(logits.data(), int32_t(logits.size()));  // bad logits: a rejected draft
         drafted.push_back(token);
         if (int32_t(drafted.size()) >= max_tokens || engine_->tokenizer().is_end_of_generation(token)) break;
         logits = prefill(*engine_, seq_, {token}).logits;  // greedy: the likeliest continuation

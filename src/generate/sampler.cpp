@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "compute/best_tokens.h"
 #include "compute/cpu_ops.h"
 #include "util/error.h"
 
@@ -49,11 +50,11 @@ void apply_repeat_penalty(float* logits, int32_t n_vocab, const int32_t* tokens,
 // Index of the largest logit. The same scan refuses NaN or infinite logits: they come from damaged weights
 // or an overflow, no token drawn from them means anything, so generation stops instead of printing garbage.
 int32_t checked_argmax(const float* logits, int32_t n_vocab, size_t n_history) {
-    int32_t best = 0;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        if (!std::isfinite(logits[i])) throw_bad_logit(std::isnan(logits[i]), i, n_history);
-        if (logits[i] > logits[best]) best = i;
-    }
+    bool all_finite = false;
+    const int32_t best = argmax_cpu(logits, n_vocab, &all_finite);
+    if (!all_finite)
+        for (int32_t i = 0; i < n_vocab; i++)
+            if (!std::isfinite(logits[i])) throw_bad_logit(std::isnan(logits[i]), i, n_history);
     return best;
 }
 
