@@ -213,3 +213,83 @@ TEST_CASE("sampler: -v's token probability is the model's softmax at temperature
         }
     }
 }
+
+namespace {
+
+// The sampling rule written out plainly (penalty off): every candidate sorted by (logit desc, id asc), the
+// first top_k kept, softmax with temperature over them (over all when top-k is off), then top-p, min-p and
+// the draw u01 over the kept mass.
+int32_t plain_rule(const std::vector<float>& logits, const std::vector<int32_t>& candidates, const SamplingParams& p,
+                   double u01) {
+    std::vector<std::pair<float, int32_t>> c;
+    for (int32_t i : candidates) c.emplace_back(logits[size_t(i)], i);
+    std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    if (p.temperature <= 0 || c.size() == 1) return c[0].second;
+    const size_t k = p.top_k > 0 ? std::min(size_t(p.top_k), c.size()) : c.size();
+    const float max = c[0].first, inv_temp = 1.0f / p.temperature;
+    auto weight = [&](float l) { return std::exp(double((l - max) * inv_temp)); };
+    double total = 0;
+    if (k < c.size())
+        for (size_t i = 0; i < k; i++) total += weight(c[i].first);
+    else
+        for (int32_t i : candidates) total += weight(logits[size_t(i)]);
+    std::vector<float> prob(k);
+    for (size_t i = 0; i < k; i++) prob[i] = float(weight(c[i].first) / total);
+    size_t keep = k;
+    if (p.top_p < 1.0f) {
+        double cumulative = 0;
+        for (size_t i = 0; i < keep; i++)
+            if ((cumulative += prob[i]) >= p.top_p) {
+                keep = i + 1;
+                break;
+            }
+    }
+    if (p.min_p > 0.0f) {
+        size_t i = 1;
+        while (i < keep && prob[i] >= p.min_p * prob[0]) i++;
+        keep = i;
+    }
+    double kept = 0;
+    for (size_t i = 0; i < keep; i++) kept += prob[i];
+    double cumulative = 0;
+    for (size_t i = 0; i < keep; i++)
+        if (u01 * kept < (cumulative += prob[i])) return c[i].second;
+    return c[keep - 1].second;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "sampler: the token is the plain rule's (sort every candidate, keep top-k, ...), with and without an allowed set") {
+    uint64_t seed = 4000;
+    for (int32_t n : {5, 40, 1000, 49152}) {
+        for (bool ties : {false, true}) {
+            std::vector<float> logits = random_logits(n, seed++);
+            if (ties)
+                for (float& x : logits) x = std::floor(x);  // 10 distinct values
+            std::vector<int32_t> all(static_cast<size_t>(n)), allowed;
+            for (int32_t i = 0; i < n; i++) all[size_t(i)] = i;
+            for (int32_t i = 0; i < n; i += 3) allowed.push_back(i);
+            for (int32_t top_k : {1, 2, 40, 0}) {
+                SamplingParams p = plain(0.8f, seed++);
+                p.top_k = top_k, p.top_p = 0.95f, p.min_p = top_k == 0 ? 0.05f : 0.0f;
+                Sampler sampler(p), allowed_sampler(p), twin(p);
+                for (int i = 0; i < 20; i++) {
+                    CAPTURE(n);
+                    CAPTURE(ties);
+                    CAPTURE(top_k);
+                    CAPTURE(i);
+                    const double u01 = double(i) / 20 + 0.01;
+                    std::vector<float> copy = logits;
+                    CHECK(sampler.sample(copy.data(), n, {}, u01) == plain_rule(logits, all, p, u01));
+                    const double drawn = twin.draw(n);  // allowed_sampler takes the same draw from its own generator
+                    copy = logits;
+                    CHECK(allowed_sampler.sample_allowed(copy.data(), n, {}, allowed) ==
+                          plain_rule(logits, allowed, p, drawn));
+                }
+            }
+        }
+    }
+}
