@@ -190,7 +190,7 @@ int32_t Sampler::choose(float* logits, int32_t n_vocab, const int32_t* penalty_t
 }
 
 float token_probability(const float* logits, int32_t n_vocab, int32_t token) {
-    const float max_logit = *std::max_element(logits, logits + n_vocab);
+    const float max_logit = logits[argmax_cpu(logits, n_vocab)];  // std::max_element: 0.2 ms a 49,152 row here
     // The SIMD exp of the CPU kernels: libm's took 0.55 ms for 49,152 logits (5% of a SmolLM2 token).
     const double total = exp_sum_cpu(logits, n_vocab, max_logit);
     return float(std::exp(double(logits[token] - max_logit)) / total);
