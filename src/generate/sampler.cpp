@@ -225,11 +225,11 @@ int32_t Sampler::pick(float* logits, int32_t n_vocab, const int32_t* penalty_tok
     std::vector<std::pair<float, int32_t>>& c = candidates_;
     size_t n_keep = 0;
     if (k < n_candidates) {
+        const auto itself = [](int32_t j) { return j; };  // without an allowed set: the pass vectorizes
         if (allowed)
             top_k(logits, n_candidates, candidate, size_t(k), c);
-        else  // the same, with the index as it is (the pass vectorizes)
-            top_k(
-                logits, n_candidates, [](int32_t j) { return j; }, size_t(k), c);
+        else
+            top_k(logits, n_candidates, itself, size_t(k), c);
         n_keep = c.size();
     } else {
         c.clear();
