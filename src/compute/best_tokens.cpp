@@ -10,40 +10,10 @@ namespace kvlm {
 
 namespace {
 
-// The largest of x[0..n), in 8 running maxima the compiler turns into vector instructions (std::max_element
-// kept its one maximum in memory here: 0.2 ms a row of 49,152).
-float row_max(const float* x, int32_t n) {
-    float m[8];
-    for (int k = 0; k < 8; k++) m[k] = x[0];
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
-    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
-    float max = m[0];
-    for (int k = 1; k < 8; k++) max = m[k] > max ? m[k] : max;
-    return max;
-}
-
-// max and log(sum(exp(x - max))) of a row. The sum by the CPU kernels' SIMD exp (each term within 2 ulp of
-// expf, summed in double): libm's double exp took 0.38 ms per 49,152 logits, so that a step of 4 beams on
-// session 25's H100 spent more time here than on the device.
-struct RowNorm {
-    float max;
-    float log_sum;
-};
-
-RowNorm row_norm(const float* logits, int32_t n) {
-    const float max = row_max(logits, n);
-    return {max, float(std::log(exp_sum_cpu(logits, n, max)))};
-}
-
-bool better(const TokenScore& a, const TokenScore& b) {
-    return a.score > b.score || (a.score == b.score && a.token < b.token);
-}
-
-}  // namespace
-
-int32_t argmax_cpu(const float* x, int32_t n, bool* all_finite) {
+// The largest of x[0..n) (-inf when none is larger; NaN never is), in 8 running maxima the compiler turns into
+// vector instructions (std::max_element kept its one maximum in memory here: 0.2 ms a row of 49,152), and in
+// *all_finite (when given) whether every value is finite.
+float row_max(const float* x, int32_t n, bool* all_finite) {
     float m[8];
     bool finite[8];
     for (int k = 0; k < 8; k++) m[k] = -INFINITY, finite[k] = true;
@@ -59,6 +29,26 @@ int32_t argmax_cpu(const float* x, int32_t n, bool* all_finite) {
     for (; i < n; i++) all &= x[i] - x[i] == 0.0f, max = x[i] > max ? x[i] : max;
     for (int k = 0; k < 8; k++) all &= finite[k], max = m[k] > max ? m[k] : max;
     if (all_finite) *all_finite = all;
+    return max;
+}
+
+// max and log(sum(exp(x - max))) of a row. The sum by the CPU kernels' SIMD exp (each term within 2 ulp of
+// expf, summed in double): libm's double exp took 0.38 ms per 49,152 logits, so that a step of 4 beams on
+// session 25's H100 spent more time here than on the device.
+struct RowNorm {
+    float max;
+    float log_sum;
+};
+
+RowNorm row_norm(const float* logits, int32_t n) {
+    const float max = row_max(logits, n, nullptr);
+    return {max, float(std::log(exp_sum_cpu(logits, n, max)))};
+}
+
+}  // namespace
+
+int32_t argmax_cpu(const float* x, int32_t n, bool* all_finite) {
+    const float max = row_max(x, n, all_finite);
     for (int32_t j = 0; j < n; j++)
         if (x[j] == max) return j;
     return 0;
@@ -77,34 +67,10 @@ void best_tokens_cpu(const float* logits, int32_t n_vocab, float base, int32_t n
         float s = logits[t] - norm.max - norm.log_sum;
         return s + base;
     };
-    std::vector<TokenScore> heap;  // the best so far, the worst of them on top
-    heap.reserve(size_t(keep));
-    int32_t t = 0;
-    for (; t < n_vocab && int32_t(heap.size()) < keep; t++) {
-        heap.push_back({score(t), t});
-        std::push_heap(heap.begin(), heap.end(), better);
-    }
-    float worst_logit = logits[heap.front().token];
-    // A lower logit than the worst kept one's scores no higher, and a tie loses to the earlier token: only
-    // logits >= worst_logit can enter. Most 16-logit spans have none (one vectorizable test each).
-    const auto consider = [&](int32_t token) {
-        if (!(logits[token] >= worst_logit)) return;
-        const TokenScore c{score(token), token};
-        if (!better(c, heap.front())) return;
-        std::pop_heap(heap.begin(), heap.end(), better);
-        heap.back() = c;
-        std::push_heap(heap.begin(), heap.end(), better);
-        worst_logit = logits[heap.front().token];
-    };
-    for (; t + 16 <= n_vocab; t += 16) {
-        bool any = false;
-        for (int k = 0; k < 16; k++) any |= logits[t + k] >= worst_logit;
-        if (any)
-            for (int k = 0; k < 16; k++) consider(t + k);
-    }
-    for (; t < n_vocab; t++) consider(t);
-    std::sort_heap(heap.begin(), heap.end(), better);  // best first
-    std::copy(heap.begin(), heap.end(), out);
+    const auto itself = [](int32_t t) { return t; };
+    std::vector<std::pair<float, int32_t>> best;
+    best_k(logits, n_vocab, itself, score, size_t(keep), best);
+    for (size_t i = 0; i < best.size(); i++) out[i] = {best[i].first, best[i].second};
 }
 
 }  // namespace kvlm

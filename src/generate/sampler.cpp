@@ -21,37 +21,6 @@ bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
     return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
-// c = the k best of the candidates (ids candidate(0..n) ascending) by `better`, best first: one pass that
-// keeps the k best so far (the worst on top of a heap) and skips a logit not above the worst kept one's (it
-// scores no better, and on a tie its larger id loses). What selecting among all n, then sorting, gives;
-// ~0.05 ms where that took ~0.4 ms over 49,152 logits.
-template <typename Candidate>
-void top_k(const float* logits, int32_t n, Candidate candidate, size_t k, std::vector<std::pair<float, int32_t>>& c) {
-    c.clear();
-    int32_t j = 0;
-    for (; j < n && c.size() < k; j++) {
-        c.emplace_back(logits[candidate(j)], candidate(j));
-        std::push_heap(c.begin(), c.end(), better);
-    }
-    float worst = c.empty() ? 0.0f : c.front().first;
-    const auto consider = [&](int32_t j) {
-        const int32_t i = candidate(j);
-        if (!(logits[i] > worst) || !better({logits[i], i}, c.front())) return;
-        std::pop_heap(c.begin(), c.end(), better);
-        c.back() = {logits[i], i};
-        std::push_heap(c.begin(), c.end(), better);
-        worst = c.front().first;
-    };
-    for (; j + 16 <= n; j += 16) {
-        bool any = false;
-        for (int q = 0; q < 16; q++) any |= logits[candidate(j + q)] > worst;
-        if (any)
-            for (int q = 0; q < 16; q++) consider(j + q);
-    }
-    for (; j < n; j++) consider(j);
-    std::sort_heap(c.begin(), c.end(), better);
-}
-
 // The tokens the penalty touches: each distinct token of the last repeat_last_n once, in order of first
 // appearance in that window (none when the penalty is off).
 void penalty_window(std::vector<int32_t>& out, const std::vector<int32_t>& history, float penalty, int32_t last_n) {
@@ -225,11 +194,14 @@ int32_t Sampler::pick(float* logits, int32_t n_vocab, const int32_t* penalty_tok
     std::vector<std::pair<float, int32_t>>& c = candidates_;
     size_t n_keep = 0;
     if (k < n_candidates) {
+        // best_k's one pass (0.06 ms over 49,152 logits here, where selecting among all, then sorting, took
+        // 0.4 ms); by `better`, the logit itself.
+        const auto logit = [&](int32_t i) { return logits[i]; };
         const auto itself = [](int32_t j) { return j; };  // without an allowed set: the pass vectorizes
         if (allowed)
-            top_k(logits, n_candidates, candidate, size_t(k), c);
+            best_k(logits, n_candidates, candidate, logit, size_t(k), c);
         else
-            top_k(logits, n_candidates, itself, size_t(k), c);
+            best_k(logits, n_candidates, itself, logit, size_t(k), c);
         n_keep = c.size();
     } else {
         c.clear();
