@@ -17,7 +17,7 @@ void CudaBackend::forward_sequences(const SequenceInput* inputs, size_t n_inputs
         check_forward(in.tokens, in.n_tokens, in.pos, *in.table);
         if (in.sample && in.best)
             throw_error("cuda backend: forward_sequences: sequence {} asks for a sampled token and its best tokens", i);
-        if (in.outcome) *in.outcome = {};  // kNeedsHost unless its row samples below
+        reset_outcomes(in);  // kNeedsHost unless its rows sample below
     }
     forward_rows(inputs, n_inputs);
     for (size_t i = 0; i < n_inputs; i++)
@@ -38,9 +38,10 @@ void CudaBackend::forward_rows(const SequenceInput* inputs, size_t n_inputs) {
     std::vector<DecodeRow> rows;
     for (size_t i = 0; i < n_inputs; i++) {
         const SequenceInput& in = inputs[i];
-        // The last row picks the next token on the device when asked and the settings allow.
-        const bool sampled = in.logits && !in.all_logits && in.sample && in.outcome && samples_on_device(*in.sample);
-        const bool best = !sampled && best_on_device(in);
+        // The rows asked to (the last, or with all_logits each) pick their next tokens on the device when the
+        // settings allow.
+        const int32_t n_sampled = in.n_sampled_rows(), first_sampled = in.n_tokens - n_sampled;
+        const bool best = n_sampled == 0 && best_on_device(in);
         for (int32_t t = 0; t < in.n_tokens; t++) {
             float* dst = nullptr;
             if (in.logits && in.all_logits)
@@ -48,8 +49,10 @@ void CudaBackend::forward_rows(const SequenceInput* inputs, size_t n_inputs) {
             else if (in.logits && t + 1 == in.n_tokens)
                 dst = in.logits;
             const bool last = t + 1 == in.n_tokens;
-            rows.push_back({in.tokens[t], in.pos + t, int32_t(i), dst, sampled && last ? in.sample : nullptr,
-                            sampled && last ? in.outcome : nullptr, best && last ? &in : nullptr});
+            const int32_t s = t - first_sampled;  // the row's request and outcome
+            const bool sampled = s >= 0 && samples_on_device(in.sample[s]);
+            rows.push_back({in.tokens[t], in.pos + t, int32_t(i), dst, sampled ? in.sample + s : nullptr,
+                            sampled ? in.outcome + s : nullptr, best && last ? &in : nullptr});
         }
     }
     const size_t pass_rows = size_t(std::min({kRowsPerPass, max_batch_, kLogitsRows}));

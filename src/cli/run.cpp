@@ -358,7 +358,9 @@ std::unique_ptr<DraftModel> load_draft_model(const std::string& path, SpecOption
     if (!draft_mode && !path.empty()) throw_error("--draft-model {} is only used with --spec draft", path);
     if (!draft_mode) return nullptr;
     EngineOptions options;
-    options.device = "cpu";  // speculation runs on the CPU backend for now (generate.cpp)
+    // The draft model runs where the target does: a draft step on the CPU would cost more than the GPU
+    // forwards it saves.
+    options.device = target.device_name().rfind("cuda", 0) == 0 ? "cuda" : "cpu";
     options.n_threads = target_options.n_threads;
     options.n_ctx = target.n_ctx();
     options.kv_dtype_auto = true;

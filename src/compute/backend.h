@@ -4,6 +4,7 @@
 //   [n_layers][2 (K, V)][block_size][n_kv_heads][head_dim] in kv_dtype(),
 // so one block is one contiguous record (what the session store saves and restores).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -98,11 +99,14 @@ public:
         const BlockTable* table = nullptr;
         float* logits = nullptr;
         bool all_logits = false;
-        // Optional, with logits and not all_logits: the next token picked where the logits are when
-        // samples_on_device(*sample) (decode_sample's rule): *outcome gets kToken or kBadLogit and `logits` is
-        // left unwritten; otherwise *outcome is kNeedsHost and the logits are in `logits` for the CPU sampler.
+        // Optional, with logits: the next token picked where the logits are when samples_on_device(request)
+        // (decode_sample's rule): the outcome gets kToken or kBadLogit and that row's logits are left
+        // unwritten; otherwise it is kNeedsHost and the row's logits are there for the CPU sampler. One request
+        // and outcome for the last row, or with all_logits n_tokens of each, row by row (speculative
+        // verification: each row's token as its one-token step would pick it, with its own draw and window).
         const SampleRequest* sample = nullptr;
         SampleOutcome* outcome = nullptr;
+        int32_t n_sampled_rows() const { return sample && outcome && logits ? (all_logits ? n_tokens : 1) : 0; }
         // Optional, with logits and not all_logits, not with sample (beam search): the row's min(n_best, n_vocab)
         // best tokens by best_tokens_cpu's rule with base best_base, into best[], computed where the logits are
         // (CUDA: on the device, in its own float order, `logits` then left unwritten; up to 64 of them).
@@ -118,10 +122,14 @@ public:
     virtual void forward_sequences(const SequenceInput* inputs, size_t n_inputs) {
         for (size_t i = 0; i < n_inputs; i++) {
             const SequenceInput& in = inputs[i];
-            if (in.outcome) *in.outcome = {};
+            reset_outcomes(in);
             forward(in.tokens, in.n_tokens, in.pos, *in.table, in.logits, in.all_logits);
             best_tokens_on_host(in);
         }
+    }
+    // Every outcome of the sequence kNeedsHost (its rows sampled on the host unless the backend says otherwise).
+    static void reset_outcomes(const SequenceInput& in) {
+        if (in.outcome) std::fill_n(in.outcome, std::max(in.n_sampled_rows(), 1), SampleOutcome{});
     }
     // SequenceInput::best from its logits on the host (nothing when it asks for none).
     void best_tokens_on_host(const SequenceInput& in) const {

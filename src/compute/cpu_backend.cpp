@@ -151,7 +151,7 @@ public:
     void forward_sequences(const SequenceInput* inputs, size_t n_inputs) override {
         for (size_t i = 0; i < n_inputs; i++) {
             check_forward(inputs[i].tokens, inputs[i].n_tokens, inputs[i].pos, *inputs[i].table);
-            if (inputs[i].outcome) *inputs[i].outcome = {};  // the host samples
+            reset_outcomes(inputs[i]);  // the host samples
         }
         // Consecutive sequences share a batch while their rows fit; one longer than a batch runs alone.
         std::vector<Segment> batch;

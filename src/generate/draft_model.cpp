@@ -48,22 +48,53 @@ std::vector<int32_t> DraftModel::draft(const std::vector<int32_t>& history, int3
     max_tokens = std::min<int64_t>(max_tokens, int64_t(n_ctx) - int64_t(history.size()));
     if (max_tokens <= 0 || history.empty()) return {};
     // Keep what this cache shares with the history (its rejected drafts go), and forward at least the last
-    // token: the draft starts from the logits after it.
+    // token: the draft starts from the pick after it.
     size_t common = 0;
     while (common < seq_.tokens.size() && common < history.size() && seq_.tokens[common] == history[common]) common++;
     if (common == history.size()) common--;
-    PrefixCache& cache = engine_->prefix_cache();
-    cache.truncate(seq_, int32_t(common));
-    std::vector<float> logits =
-        prefill(*engine_, seq_, std::vector<int32_t>(history.begin() + std::ptrdiff_t(common), history.end())).logits;
+    engine_->prefix_cache().truncate(seq_, int32_t(common));
     std::vector<int32_t> drafted;
-    for (;;) {
-        const int32_t token = argmax_cpu(logits.data(), int32_t(logits.size()));  // bad logits: a rejected draft
+    int32_t token = forward_greedy(history.data() + common, int32_t(history.size() - common));
+    while (token >= 0) {
         drafted.push_back(token);
         if (int32_t(drafted.size()) >= max_tokens || engine_->tokenizer().is_end_of_generation(token)) break;
-        logits = prefill(*engine_, seq_, {token}).logits;  // greedy: the likeliest continuation
+        token = forward_greedy(&token, 1);
     }
     return drafted;
+}
+
+// Greedy (the likeliest continuation), picked where the logits are: on a GPU only the id comes back, except
+// after a catch-up longer than one exact forward (a prompt: the backend's prefill, then the host's argmax).
+// -1 when the draft model's pool is full or a logit is bad (the draft ends; the target's verification decides
+// what the tokens mean).
+int32_t DraftModel::forward_greedy(const int32_t* tokens, int32_t n_tokens) {
+    Backend& backend = engine_->backend();
+    PrefixCache& cache = engine_->prefix_cache();
+    if (n_tokens > std::max(1, backend.exact_forward_tokens())) {
+        logits_ = prefill(*engine_, seq_, std::vector<int32_t>(tokens, tokens + n_tokens)).logits;
+        return argmax_cpu(logits_.data(), int32_t(logits_.size()));
+    }
+    try {
+        cache.reserve(seq_, seq_.table.n_tokens + n_tokens);
+    } catch (const Error&) {
+        return -1;
+    }
+    logits_.resize(size_t(engine_->model().config().n_vocab));
+    const SampleRequest greedy;
+    SampleOutcome next;
+    if (n_tokens == 1) {
+        next = backend.decode_sample(tokens[0], seq_.table.n_tokens, seq_.table, greedy, logits_.data());
+    } else {
+        Backend::SequenceInput input;
+        input.tokens = tokens, input.n_tokens = n_tokens, input.pos = seq_.table.n_tokens, input.table = &seq_.table;
+        input.logits = logits_.data(), input.sample = &greedy, input.outcome = &next;
+        backend.forward_sequences(&input, 1);
+    }
+    seq_.tokens.insert(seq_.tokens.end(), tokens, tokens + n_tokens);
+    seq_.table.n_tokens += n_tokens;
+    cache.commit(seq_);
+    if (next.status == SampleOutcome::kBadLogit) return -1;
+    return next.status == SampleOutcome::kToken ? next.token : argmax_cpu(logits_.data(), int32_t(logits_.size()));
 }
 
 }  // namespace kvlm

@@ -25,8 +25,11 @@ public:
     Engine& engine() { return *engine_; }
 
 private:
+    int32_t forward_greedy(const int32_t* tokens, int32_t n_tokens);
+
     std::unique_ptr<Engine> engine_;
-    Sequence seq_;  // tokens whose K/V are in the draft model's cache
+    Sequence seq_;               // tokens whose K/V are in the draft model's cache
+    std::vector<float> logits_;  // a step's logits, where the host picks
 };
 
 // "" when the two vocabularies are the same (size, every token's text, BOS and EOS), otherwise the first

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "generate/constrained.h"
+#include "generate/draft_verify.h"
 #include "generate/steps_ahead.h"
 #include "util/byte_size.h"
 #include "util/error.h"
@@ -101,47 +102,28 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     Utf8StreamDecoder decoder;
     auto decode_start = Clock::now();
     Backend& backend = engine.backend();
-    // Chains the step's logits into the -v hash (before the sampler penalizes them in place).
-    auto hash_logits = [&] {
-        result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
-    };
-    // The first token comes from the prompt's logits (on the host); each later one from a decode step, which
-    // a backend that samples on the device (CUDA) ends by picking the token there: only its id comes back,
-    // and the hash chains the device's digest of the logits instead of their bytes.
-    const auto note_probability = [&](float p) {
-        if (sampler.reports_probabilities()) result.probabilities.push_back(p);
-    };
+    // The first token comes from the prompt's logits (on the host; the -v hash chains their bytes before the
+    // sampler penalizes them in place); each later one from a decode step or a verification's row, which a
+    // backend that samples on the device (CUDA) ends by picking the token there: only its id comes back, and
+    // the hash chains the device's digest of the logits instead of their bytes (token_after_step).
     int32_t token = -1;
     if (n_predict != 0) {
-        hash_logits(), token = sampler.sample(logits.data(), n_vocab, seq.tokens);
-        note_probability(sampler.last_probability());
+        result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
+        token = sampler.sample(logits.data(), n_vocab, seq.tokens);
+        if (sampler.reports_probabilities()) result.probabilities.push_back(sampler.last_probability());
     }
-    // Speculation: the draft of the last verify forward, whose K/V lie past the sequence's end; logits row i
-    // follows drafts[i]. drafts[next] is the token it expects next.
+    // Speculation: the draft of the last verify forward, whose K/V lie past the sequence's end, and the
+    // tokens picked after its rows.
     const bool speculate = spec && spec->mode != SpecOptions::Mode::off;
     KVLM_ASSERT(!speculate || spec->mode != SpecOptions::Mode::draft || spec->drafter, "--spec draft needs a drafter");
     if (speculate) check_speculation_backend(engine);
-    struct Ahead {
-        std::vector<int32_t> drafts;
-        std::vector<float> logits;  // [drafts.size()][n_vocab]
-        size_t next = 0;
-    } ahead;
-    std::vector<float> verify_logits;
-    std::vector<int32_t> verify_tokens;
+    DraftVerification verification(sampler);
     // A draft that fails costs a forward of several tokens for one (on a 2-core CPU about six one-token steps): after
     // a draft of which fewer than kMinUseful tokens were picked, no drafting for `backoff` steps, doubling up to
     // kMaxBackoff while drafts keep failing; a useful one resets it. Drafts shorter than kMinDraft are not
     // worth their forward.
     constexpr int32_t kMinUseful = 2, kMinDraft = 3, kFirstBackoff = 16, kMaxBackoff = 128;
     int32_t backoff = 0, no_draft_until = 0;
-    // The next token from `logits` (the step after seq.tokens.back()), as a host-sampled decode step takes it.
-    auto sample_next = [&] {
-        hash_logits();
-        const SampleRequest request = sampler.device_request(seq.tokens, n_vocab);
-        const int32_t next = sampler.sample(logits.data(), n_vocab, request, seq.tokens.size());
-        note_probability(sampler.last_probability());
-        return next;
-    };
     StepsAhead steps_ahead(backend, cache, seq, sampler);
     if (n_predict == 0) result.stop_reason = "token limit";
     for (int32_t step = 0; n_predict != 0; step++) {
@@ -169,15 +151,15 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
             result.stop_reason = "context full";
             break;
         }
-        const bool drafted_next = ahead.next < ahead.drafts.size() && ahead.drafts[ahead.next] == token;
-        if (!ahead.drafts.empty() && !drafted_next) {  // the rest of the draft is wrong: its K/V and blocks go
-            if (int32_t(ahead.next) < kMinUseful) {
+        const bool drafted_next = verification.expects(token);
+        if (verification.active() && !drafted_next) {  // the rest of the draft is wrong: its K/V and blocks go
+            if (verification.n_accepted() < kMinUseful) {
                 backoff = backoff == 0 ? kFirstBackoff : std::min(2 * backoff, kMaxBackoff);
                 no_draft_until = step + backoff;
             } else {
                 backoff = 0;
             }
-            ahead = Ahead{};
+            verification.end();
             cache.truncate(seq, seq.table.n_tokens);
         }
         try {
@@ -189,15 +171,13 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         const int32_t pos = seq.table.n_tokens;
         if (speculate) {
             if (drafted_next) {
-                // Drafted, and now picked: its K/V and the logits after it are there already.
-                std::copy_n(ahead.logits.begin() + std::ptrdiff_t(ahead.next * size_t(n_vocab)), n_vocab, logits.begin());
-                ahead.next++;
+                // Drafted, and now picked: its K/V and the pick after it are there already.
                 result.n_accepted++;
                 seq.tokens.push_back(token);
                 seq.table.n_tokens += 1;
                 result.has_pending_token = false;
                 cache.commit(seq);
-                token = sample_next();
+                token = verification.take(logits, seq.tokens.size(), result);
                 continue;
             }
             seq.tokens.push_back(token);
@@ -218,12 +198,9 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
                 }
             }
             if (!drafts.empty()) {
-                const int32_t n = 1 + int32_t(drafts.size());
-                verify_tokens.assign(1, token);
-                verify_tokens.insert(verify_tokens.end(), drafts.begin(), drafts.end());
-                verify_logits.resize(size_t(n) * size_t(n_vocab));
+                const int32_t n_drafted = int32_t(drafts.size());
                 try {
-                    backend.forward(verify_tokens.data(), n, pos, seq.table, verify_logits.data(), /*all_logits=*/true);
+                    verification.run(backend, seq, std::move(drafts), pos, n_vocab);
                 } catch (...) {
                     seq.tokens.pop_back();
                     cache.truncate(seq, seq.table.n_tokens);
@@ -232,13 +209,9 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
                 seq.table.n_tokens += 1;
                 result.has_pending_token = false;
                 cache.commit(seq);
-                std::copy_n(verify_logits.begin(), n_vocab, logits.begin());
-                ahead.drafts = std::move(drafts);
-                ahead.logits.assign(verify_logits.begin() + n_vocab, verify_logits.end());
-                ahead.next = 0;
                 result.n_spec_forwards++;
-                result.n_drafted += n - 1;
-                token = sample_next();
+                result.n_drafted += n_drafted;
+                token = verification.take(logits, seq.tokens.size(), result);
                 continue;
             }
             seq.tokens.pop_back();  // a plain step below
@@ -263,7 +236,10 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         token = token_after_step(next, sampler, logits, request, seq.tokens.size(), result);
     }
     steps_ahead.drop();
-    if (!ahead.drafts.empty()) cache.truncate(seq, seq.table.n_tokens);  // drafts never confirmed: their blocks go
+    if (verification.active()) {  // drafts never confirmed: their blocks and draws go
+        verification.end();
+        cache.truncate(seq, seq.table.n_tokens);
+    }
     if (std::string tail = decoder.flush(); !tail.empty()) on_text(tail);
     result.decode_seconds = seconds_since(decode_start);
     result.transcript = seq.tokens;

@@ -352,12 +352,64 @@ TEST_CASE("cuda cli: --spec, --samples and --beams on the GPU keep the output of
         return r;
     };
     const std::string prompt = "Lily and Ben were friends. Lily and Ben were friends. Lily and Ben";
-    CliResult plain = run({"-p", prompt, "-n", "70", "--temp", "0"});
-    CliResult spec = run({"-p", prompt, "-n", "70", "--temp", "0", "--spec", "lookup", "-v"});
-    CHECK(spec.out == plain.out);
+    const auto logits_hash = [](const CliResult& r) {
+        std::smatch m;
+        return std::regex_search(r.err, m, std::regex("logits hash ([0-9a-f]{16})")) ? m[1].str() : "none";
+    };
     std::smatch m;
-    REQUIRE_MESSAGE(std::regex_search(spec.err, m, std::regex("tokens drafted, (\\d+) accepted")), spec.err);
-    CHECK(std::stoi(m[1].str()) >= 8);  // verification forwards of several tokens did the work (15 on the CPU)
+    // Greedy, and sampled with a repetition penalty: each verification row's token is picked on the device
+    // with its own draw and penalty window, so the text and the chain of the device's logits digests are the
+    // plain steps', and a verification pass copies back its rows' picks (24 bytes each), never their logits.
+    for (const std::vector<std::string>& sampling :
+         {std::vector<std::string>{"--temp", "0"},
+          std::vector<std::string>{"--temp", "0.5", "--seed", "5", "--repeat-penalty", "1.1", "--repeat-last-n",
+                                   "8"}}) {
+        CAPTURE(sampling[1]);
+        std::vector<std::string> args = {"-p", prompt, "-n", "70", "-v"};
+        args.insert(args.end(), sampling.begin(), sampling.end());
+        CliResult plain = run(args);
+        args.insert(args.end(), {"--spec", "lookup"});
+        std::vector<std::string> all = {"run", "-m", model, "--device", "cuda"};
+        all.insert(all.end(), args.begin(), args.end());
+        CliResult spec = run_shell("KVLM_CUDA_TRANSFERS=1 " + kvlm_command(all));
+        REQUIRE_MESSAGE(spec.exit_code == 0, spec.err);
+        CHECK(spec.out == plain.out);
+        CHECK(logits_hash(spec) == logits_hash(plain));
+        CHECK(logits_hash(plain) != "none");
+        REQUIRE_MESSAGE(std::regex_search(spec.err, m, std::regex("(\\d+) tokens drafted, (\\d+) accepted")), spec.err);
+        CHECK(std::stoi(m[1].str()) >= 3);
+        // Greedy, verification forwards of several tokens did the work (15 on the CPU; sampled, 7 of 20 there).
+        if (sampling[1] == "0") CHECK(std::stoi(m[2].str()) >= 8);
+        REQUIRE_MESSAGE(
+            std::regex_search(spec.err, m,
+                              std::regex("(\\d+) decode-row passes, \\d+ bytes device to host \\((\\d+) per pass\\)")),
+            spec.err);
+        CHECK(std::stoi(m[1].str()) >= 1);
+        CHECK(std::stoi(m[2].str()) >= 4 * 24);  // at least the pending token and 3 drafts
+        CHECK(std::stoi(m[2].str()) <= 9 * 24);  // at most 8 drafts (--spec-max)
+    }
+    // A draft model runs on the GPU with its target and picks its greedy drafts there too: its steps and its
+    // catch-ups after a rejected draft copy back 24 bytes a pick, the target's verifications 24 a row, never a
+    // row of logits (2,048 bytes here).
+    {
+        const std::string draft = converted_model("stories-q8_0", {stories("stories260K.gguf"), "--dtype", "q8_0"});
+        CliResult plain = run({"-p", prompt, "-n", "60", "--temp", "0"});
+        CliResult drafted = run_shell("KVLM_CUDA_TRANSFERS=1 " +
+                                      kvlm_command({"run", "-m", model, "--device", "cuda", "-p", prompt, "-n", "60",
+                                                    "--temp", "0", "--spec", "draft", "--draft-model", draft, "-v"}));
+        REQUIRE_MESSAGE(drafted.exit_code == 0, drafted.err);
+        CHECK(drafted.out == plain.out);
+        CHECK_MESSAGE(contains(drafted.err, "speculation: "), drafted.err);
+        int n_lines = 0;
+        const std::regex transfers(
+            "CUDA transfers: \\d+ decode( steps|-row passes), \\d+ bytes device to host \\((\\d+) per");
+        for (auto it = std::sregex_iterator(drafted.err.begin(), drafted.err.end(), transfers);
+             it != std::sregex_iterator(); ++it, n_lines++) {
+            CAPTURE((*it)[0].str());
+            CHECK(std::stoi((*it)[2].str()) <= 9 * 24);
+        }
+        CHECK_MESSAGE(n_lines >= 2, drafted.err);  // the draft model's steps, the target's verifications
+    }
 
     CliResult together = run({"-p", "Once upon a time", "-n", "12", "--temp", "0.8", "--seed", "7", "--samples", "3"});
     std::string one_by_one;

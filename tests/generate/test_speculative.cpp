@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <random>
 
 #include "cli/cli.h"
 #include "engine/engine.h"
@@ -43,24 +44,35 @@ TEST_CASE("speculative: lookup drafts follow the latest earlier occurrence of th
     CHECK(spec.mode == SpecOptions::Mode::lookup);
 }
 
+// A verification forward takes every row's draw and penalty window up front (draft_verify.h); the picks must
+// still be the one-token steps' and the sampler's generator must end where plain decoding leaves it (the next
+// turn of a chat samples from it).
 TEST_CASE("speculative: the same tokens and logits as plain decoding, greedy and sampled, every block size") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     SpecOptions spec;
     spec.mode = SpecOptions::Mode::lookup;
+    struct Setting {
+        float temperature, repeat_penalty;
+    };
     for (int32_t block_size : {1, 5, 16}) {
-        for (float temperature : {0.0f, 0.8f}) {
+        for (Setting setting : {Setting{0.0f, 1.0f}, Setting{0.8f, 1.0f}, Setting{0.0f, 1.3f}, Setting{0.8f, 1.2f}}) {
             CAPTURE(block_size);
-            CAPTURE(temperature);
+            CAPTURE(setting.temperature);
+            CAPTURE(setting.repeat_penalty);
             Engine engine(stories(), quiet_cpu_engine(block_size, 2));
             const std::vector<int32_t> prompt = engine.tokenizer().encode(kRepeating, true, true);
             SamplingParams params;
-            params.temperature = temperature;
+            params.temperature = setting.temperature;
+            params.repeat_penalty = setting.repeat_penalty;
+            params.repeat_last_n = 16;
             params.seed = 11;
+            std::mt19937_64 generator_after;
             auto run = [&](const SpecOptions* options, int32_t n_predict) {
                 Sequence seq;
                 Sampler sampler(params);
                 GenerationResult r = generate(engine, seq, prompt, n_predict, sampler, [](const std::string&) {},
                                               nullptr, options);
+                generator_after = sampler.generator();
                 // No block past what the sequence holds (an unconfirmed draft's blocks went back to the pool).
                 CHECK(seq.table.blocks.size() == size_t((seq.table.n_tokens + block_size - 1) / block_size));
                 CHECK(seq.tokens.size() == size_t(seq.table.n_tokens));
@@ -72,13 +84,15 @@ TEST_CASE("speculative: the same tokens and logits as plain decoding, greedy and
             for (int32_t n_predict : {7, 150}) {
                 CAPTURE(n_predict);
                 const GenerationResult plain = run(nullptr, n_predict);
+                const std::mt19937_64 plain_generator = generator_after;
                 const GenerationResult fast = run(&spec, n_predict);
+                CHECK(generator_after == plain_generator);
                 CHECK(fast.generated == plain.generated);
                 CHECK(fast.transcript == plain.transcript);
                 CHECK(fast.logits_hash == plain.logits_hash);
                 CHECK(fast.stop_reason == plain.stop_reason);
                 CHECK(plain.n_drafted == 0);
-                if (n_predict == 150 && temperature == 0) {
+                if (n_predict == 150 && setting.temperature == 0 && setting.repeat_penalty == 1.0f) {
                     CHECK(fast.n_spec_forwards > 0);
                     CHECK(fast.n_accepted > 0);
                     CHECK(fast.n_accepted < fast.n_drafted);  // some drafts were rejected and rolled back
