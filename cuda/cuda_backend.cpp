@@ -268,6 +268,8 @@ void CudaBackend::allocate_scratch() {
     static_assert(kRowsPerPass <= kMaxBestRows, "a pass's best-token rows fit one launch");
     best_out_ = arena_.alloc<TokenScore>(size_t(kRowsPerPass) * kMaxDeviceBest, "the best tokens");
     rows_best_host_ = std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * kMaxDeviceBest * sizeof(TokenScore));
+    allowed_bits_ = arena_.alloc<uint32_t>(size_t(kRowsPerPass) * allowed_words(c.n_vocab), "the allowed-token masks");
+    allowed_host_ = std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * allowed_words(c.n_vocab) * sizeof(uint32_t));
     attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;
     attention_.partials = arena_.alloc<float>(size_t(attention_.max_rows) * (kCudaMaxHeadDim + 2), "attention scratch");
     std::vector<float> inv_freq(size_t(c.head_dim / 2));

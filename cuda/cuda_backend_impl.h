@@ -194,6 +194,9 @@ private:
     std::string set_launch_rules(const BackendOptions& options);
     void finish_sampled_rows(const DecodeRow* rows, int32_t n);
     void copy_best_rows(const DecodeRow* rows, int32_t w0, int32_t count);
+    // Pass row w's allowed-token bitset (constrained output) queued for upload; its device address, or null
+    // when the request has none. decode_sample uses row 0.
+    const uint32_t* upload_allowed(int32_t w, const SampleRequest& request);
     int64_t rows_graph_key(const std::vector<int32_t>& shape);
     template <typename Run>
     void enqueue_rows(int32_t n, const Run* runs, size_t n_runs);
@@ -258,6 +261,8 @@ private:
     }
     TokenScore* best_out_ = nullptr;                // device: forward_rows' best tokens, [kRowsPerPass][kMaxDeviceBest]
     std::unique_ptr<PinnedBuffer> rows_best_host_;  // their pinned copy
+    uint32_t* allowed_bits_ = nullptr;              // device: [kRowsPerPass][allowed_words] allowed-token bitsets
+    std::unique_ptr<PinnedBuffer> allowed_host_;    // their pinned staging
     DecodeSlots decode_slots_;     // host staging and results of the decode steps in flight
     bool steps_ahead_ = true;      // KVLM_CUDA_STEPS_AHEAD=0: chains_decode_steps says no
     bool transfer_stats_ = false;  // KVLM_CUDA_TRANSFERS=1: print the counters below at the end

@@ -37,6 +37,10 @@ struct SampleInputs {
     int32_t top_k, n_penalty;
     int32_t penalize_step_token;  // 1: the step's input token is penalized too (listed or not: once)
     int32_t want_probability;     // 1: SampleResult::probability
+    // Constrained output: the pick is among the n_allowed (> 0) tokens whose bits are set in `allowed`
+    // (device memory, [ceil(n_vocab / 32)] words, bit i of word i / 32 for token i); null: every token.
+    int32_t n_allowed, unused;
+    const uint32_t* allowed;
     double u01;  // the sampler's draw in [0, 1) for this step
     int32_t penalty_tokens[kSampleMaxPenalty];
 };

@@ -1,5 +1,6 @@
 // cuda_test::sample and best_tokens: the device's token pickers on host logits (cuda_test_api.h).
 #include <algorithm>
+#include <vector>
 
 #include "cuda_ops.h"
 #include "cuda_test_api.h"
@@ -11,8 +12,13 @@ namespace kvlm::cuda_test {
 SampleOutcome sample(float* logits, int32_t n_vocab, const SampleRequest& request, int32_t* step_token) {
     require_device();
     if (n_vocab < 1) throw_error("cuda_test::sample: n_vocab must be positive");
+    // The allowed set (if any) as the backend uploads it: a bitset in device memory.
+    std::vector<uint32_t> bits(allowed_words(n_vocab));
+    fill_allowed_bits(bits.data(), n_vocab, request);
+    GuardedBuffer d_allowed("sample allowed bits", bits.size() * sizeof(uint32_t));
+    d_allowed.upload(bits.data());
     SampleInputs inputs{};
-    const size_t input_bytes = fill_sample_inputs(&inputs, request);
+    const size_t input_bytes = fill_sample_inputs(&inputs, request, d_allowed.get<uint32_t>());
     GuardedBuffer d_logits("sample logits", size_t(n_vocab) * sizeof(float)), d_in("sample inputs", input_bytes),
         d_out("sample result", sizeof(SampleResult)), d_step("sample step token", sizeof(int32_t));
     d_logits.upload(logits);

@@ -176,7 +176,8 @@ void CudaBackend::copy_back_rows(const DecodeRow* rows, int32_t n) {
         const Kind k = kind(rows[r]);
         if (run_start >= 0 && k != run_kind) end_run();
         if (k == kSampled) {
-            const size_t bytes = fill_sample_inputs(inputs_host + w, *rows[r].sample);
+            const size_t bytes =
+                fill_sample_inputs(inputs_host + w, *rows[r].sample, upload_allowed(w, *rows[r].sample));
             CUDA_CHECK(cudaMemcpyAsync(sample_in_ + w, inputs_host + w, bytes, cudaMemcpyHostToDevice, stream()));
         } else if (k == kLogits) {
             CUDA_CHECK(cudaMemcpyAsync(rows[r].logits, logits_ + int64_t(w) * n_vocab, size_t(n_vocab) * sizeof(float),

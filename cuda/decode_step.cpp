@@ -27,7 +27,7 @@ bool CudaBackend::samples_on_device(const SampleRequest& r) const {
 // Steps whose token is always picked on the device (never handed back for the host to sort), with room
 // in the penalty list for the input token the device adds.
 bool CudaBackend::chains_decode_steps(const SampleRequest& r) const {
-    if (!steps_ahead_ || !samples_on_device(r) || r.n_penalty >= kSampleMaxPenalty) return false;
+    if (!steps_ahead_ || !samples_on_device(r) || r.n_penalty >= kSampleMaxPenalty || r.n_allowed > 0) return false;
     const int32_t n_vocab = config_.n_vocab;
     return r.temperature <= 0.0f || n_vocab == 1 || (r.top_k > 0 && r.top_k < n_vocab);
 }
@@ -79,7 +79,8 @@ void CudaBackend::enqueue_sampled_step(int32_t token, int32_t pos, const BlockTa
         check_forward(&token, 1, pos, table);
     }
     DecodeSlots::Slot& slot = claim_decode_slot(pos);
-    const size_t input_bytes = fill_sample_inputs(slot.sample_in, request);
+    KVLM_ASSERT(request.n_allowed <= 0 || decode_slots_.in_flight() == 1, "an allowed set in a step queued ahead");
+    const size_t input_bytes = fill_sample_inputs(slot.sample_in, request, upload_allowed(0, request));
     const int32_t n_splits = upload_decode_inputs(token, pos, table, slot.inputs);
     CUDA_CHECK(cudaMemcpyAsync(sample_in_, slot.sample_in, input_bytes, cudaMemcpyHostToDevice, stream()));
     run_decode(n_splits, pos, true);
@@ -87,6 +88,16 @@ void CudaBackend::enqueue_sampled_step(int32_t token, int32_t pos, const BlockTa
     CUDA_CHECK(cudaEventRecord(slot.done, stream()));
     decode_d2h_bytes_ += sizeof(SampleResult);
     if (from_device) decode_steps_ahead_++;
+}
+
+const uint32_t* CudaBackend::upload_allowed(int32_t w, const SampleRequest& request) {
+    if (request.n_allowed <= 0) return nullptr;
+    const size_t words = allowed_words(config_.n_vocab);
+    uint32_t* host = reinterpret_cast<uint32_t*>(allowed_host_->data()) + size_t(w) * words;
+    fill_allowed_bits(host, config_.n_vocab, request);
+    uint32_t* device = allowed_bits_ + size_t(w) * words;
+    CUDA_CHECK(cudaMemcpyAsync(device, host, words * sizeof(uint32_t), cudaMemcpyHostToDevice, stream()));
+    return device;
 }
 
 std::array<GemvOutput, 3> CudaBackend::qkv_outputs(const LayerWeights& lw) const {

@@ -1,8 +1,8 @@
 // Picking the next token where the logits are: the decode step's last launch when kvlm samples on the device,
-// so that only the token id goes back to the host, and the token is where the next step reads its input. One thread block runs the CPU sampler's rule
-// (src/generate/sampler.cpp) step for step: the repetition penalty on the listed tokens, the finiteness check
-// and argmax (lowest id among equal maxima), then greedy, or top-k -> softmax(temperature) over the kept set
-// (over the whole vocabulary when top-k is off) -> top-p -> min-p -> the draw the host took from the
+// so that only the token id goes back to the host, and the token is where the next step reads its input. One thread
+// block runs the CPU sampler's rule (src/generate/sampler.cpp) step for step: the repetition penalty on the listed
+// tokens, the finiteness check and argmax (lowest id among equal maxima), then greedy, or top-k -> softmax(temperature)
+// over the kept set (over the whole vocabulary when top-k is off) -> top-p -> min-p -> the draw the host took from the
 // sampler's generator. Candidates are ordered by (logit desc, id asc) as on the CPU, weights are
 // exp(double((logit - max) * inv_temp)) and probabilities float(weight / total), summed in the CPU's order
 // where it sums a kept set; so the same draw picks the same token, unless it falls within a double rounding
@@ -12,6 +12,10 @@
 // the k candidates are gathered in id order (so ties keep the lowest ids) and bitonic-sorted in shared
 // memory. Top-k off: the min-p floor (the CPU's, same margin) bounds the candidates; more than
 // kSampleMaxCandidates of them, and the kernel restores the penalized logits and reports kSampleNeedsHost.
+//
+// An allowed set (constrained output: a bitset over the vocabulary) limits the pick as the CPU's
+// sample_allowed does: every logit is still checked and digested, the probability (-v) is still the whole
+// vocabulary's, but the argmax, top-k, the min-p floor and the softmax's sum take allowed tokens only.
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "programmatic_launch.cuh"
@@ -71,6 +75,34 @@ __device__ int32_t block_exclusive_scan(int32_t v, int32_t* warp_totals, int32_t
     __syncthreads();  // warp_totals may be reused right after
     *sum = total;
     return before + inclusive - v;
+}
+
+__device__ bool is_allowed(const uint32_t* allowed, int32_t i) {
+    return !allowed || ((allowed[i >> 5] >> (i & 31)) & 1u);
+}
+
+// The largest logit among the allowed tokens (lowest id among equal maxima; every logit is finite here):
+// its id into *pick_i, its value into *pick_v, on every thread.
+__device__ void allowed_argmax(const float* logits, int32_t n_vocab, const uint32_t* allowed, SampleShared& s,
+                               float* pick_v, int32_t* pick_i) {
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+    float best_v = -INFINITY;
+    int32_t best_i = n_vocab;
+    for (int32_t i = t; i < n_vocab; i += kThreads)
+        if (is_allowed(allowed, i) && (best_i == n_vocab || logits[i] > best_v)) best_v = logits[i], best_i = i;
+    for (int d = 16; d > 0; d /= 2) {
+        const float v = __shfl_xor_sync(0xffffffffu, best_v, d);
+        const int32_t i = __shfl_xor_sync(0xffffffffu, best_i, d);
+        if (i < n_vocab && (best_i == n_vocab || better(v, i, best_v, best_i))) best_v = v, best_i = i;
+    }
+    if (lane == 0) s.warp_float[warp] = best_v, s.warp_int[warp] = best_i;
+    __syncthreads();
+    best_v = -INFINITY, best_i = n_vocab;
+    for (int w = 0; w < kWarps; w++)
+        if (s.warp_int[w] < n_vocab && (best_i == n_vocab || better(s.warp_float[w], s.warp_int[w], best_v, best_i)))
+            best_v = s.warp_float[w], best_i = s.warp_int[w];
+    __syncthreads();
+    *pick_v = best_v, *pick_i = best_i;
 }
 
 // Block b picks row b's token: logits row b, inputs[b], result[b] (one row in a decode step, several in a
@@ -163,23 +195,29 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
     const auto probability_of = [&](int32_t token) {
         return in->want_probability ? float(exp(double(logits[token] - best_v)) / s.model_total) : -1.0f;
     };
+    // The pick's candidates: every token, or the allowed ones (the host lists at least one).
+    const uint32_t* allowed = in->allowed;
+    const int32_t n_choices = allowed ? in->n_allowed : n_vocab;
+    float pick_v = best_v;
+    int32_t pick_i = best_i;
+    if (allowed) allowed_argmax(logits, n_vocab, allowed, s, &pick_v, &pick_i);
     const float temperature = in->temperature;
-    if (temperature <= 0.0f || n_vocab == 1) {
+    if (temperature <= 0.0f || n_choices == 1) {
         if (t == 0) {
-            result->token = best_i, result->status = kSampleOk;
-            if (step_token) *step_token = best_i;
+            result->token = pick_i, result->status = kSampleOk;
+            if (step_token) *step_token = pick_i;
         }
-        if (t == 0) result->probability = probability_of(best_i);
+        if (t == 0) result->probability = probability_of(pick_i);
         return;
     }
 
     // 3. The candidates, in id order: the top k, or (top-k off) those at or above the min-p floor.
-    const float inv_temp = 1.0f / temperature, max_logit = best_v;
-    const int32_t k = in->top_k > 0 ? min(in->top_k, n_vocab) : n_vocab;
+    const float inv_temp = 1.0f / temperature, max_logit = pick_v;
+    const int32_t k = in->top_k > 0 ? min(in->top_k, n_choices) : n_choices;
     const int32_t chunk = (n_vocab + kThreads - 1) / kThreads, begin = min(n_vocab, t * chunk),
                   end = min(n_vocab, begin + chunk);
     int32_t n_candidates = 0;
-    if (k < n_vocab) {
+    if (k < n_choices) {
         uint32_t prefix = 0, mask = 0;
         int32_t wanted = k;  // how many of the keys matching prefix/mask still belong to the top k
         for (int shift = 24; shift >= 0; shift -= 8) {
@@ -187,7 +225,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
             __syncthreads();
             for (int32_t i = t; i < n_vocab; i += kThreads) {
                 const uint32_t key = order_key(logits[i]);
-                if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shift) & 255u], 1);
+                if ((key & mask) == prefix && is_allowed(allowed, i)) atomicAdd(&s.hist[(key >> shift) & 255u], 1);
             }
             __syncthreads();
             if (t == 0) {
@@ -202,6 +240,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
         // key > prefix: in the top k; key == prefix: the first `wanted` of them by id.
         int32_t n_above = 0, n_equal = 0;
         for (int32_t i = begin; i < end; i++) {
+            if (!is_allowed(allowed, i)) continue;
             const uint32_t key = order_key(logits[i]);
             n_above += key > prefix, n_equal += key == prefix;
         }
@@ -209,6 +248,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
         int32_t at_above = block_exclusive_scan(n_above, s.warp_int, &total_above);
         int32_t at_equal = block_exclusive_scan(n_equal, s.warp_int, &total_equal);
         for (int32_t i = begin; i < end; i++) {
+            if (!is_allowed(allowed, i)) continue;
             const float l = logits[i];
             const uint32_t key = order_key(l);
             if (key > prefix) s.value[at_above] = l, s.id[at_above] = i, at_above++;
@@ -219,10 +259,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
         }
         n_candidates = k;
     } else {
-        // The CPU's floor, margin included; whether min-p is on was checked by the host (sample_on_device).
-        const float floor_logit = max_logit + (logf(in->min_p) - 0.01f) * temperature;
+        // The CPU's floor, margin included (none without min-p: an allowed set that top-k does not cut).
+        const float floor_logit =
+            in->min_p > 0.0f && in->min_p <= 1.0f ? max_logit + (logf(in->min_p) - 0.01f) * temperature : -INFINITY;
+        const auto kept = [&](int32_t i) {
+            return is_allowed(allowed, i) && (logits[i] >= floor_logit || i == pick_i);
+        };
         int32_t n_kept = 0;
-        for (int32_t i = begin; i < end; i++) n_kept += logits[i] >= floor_logit || i == best_i;
+        for (int32_t i = begin; i < end; i++) n_kept += kept(i);
         int32_t at = block_exclusive_scan(n_kept, s.warp_int, &n_candidates);
         if (n_candidates > kSampleMaxCandidates) {
             // Too many to sort here: put the logits back as they came, for the host's sampler.
@@ -234,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
             return;
         }
         for (int32_t i = begin; i < end; i++)
-            if (logits[i] >= floor_logit || i == best_i) s.value[at] = logits[i], s.id[at] = i, at++;
+            if (kept(i)) s.value[at] = logits[i], s.id[at] = i, at++;
     }
     __syncthreads();
 
@@ -262,16 +306,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
     //    vocabulary's (top-k off).
     const int32_t n_keep = min(n_candidates, k);
     if (t < n_keep) s.weight[t] = exp(double((s.value[t] - max_logit) * inv_temp));
-    if (k >= n_vocab) {
+    if (k >= n_choices) {
         double sum = 0.0;
-        for (int32_t i = t; i < n_vocab; i += kThreads) sum += exp(double((logits[i] - max_logit) * inv_temp));
+        for (int32_t i = t; i < n_vocab; i += kThreads)
+            if (is_allowed(allowed, i)) sum += exp(double((logits[i] - max_logit) * inv_temp));
         for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
         if (lane == 0) s.warp_double[warp] = sum;
     }
     __syncthreads();
     if (t != 0) return;
     double total = 0.0;
-    if (k < n_vocab) {
+    if (k < n_choices) {
         for (int32_t i = 0; i < n_keep; i++) total += s.weight[i];
     } else {
         for (int w = 0; w < kWarps; w++) total += s.warp_double[w];

@@ -67,6 +67,10 @@ struct SampleRequest {
     bool penalize_step_token = false;
     bool want_probability = false;  // SampleOutcome::probability too (-v)
     double u01 = 0;
+    // Constrained output: the pick is among these tokens (ascending ids, at least one), as
+    // Sampler::sample_allowed picks; null: every token.
+    const int32_t* allowed = nullptr;
+    int32_t n_allowed = 0;
 };
 struct SampleOutcome {
     enum Status { kToken, kNeedsHost, kBadLogit };

@@ -43,7 +43,11 @@ GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<f
     int32_t state = constraint.start();
     std::deque<int32_t> queue;  // forced tokens not yet emitted
 
-    // The next token: the queue's first, else sampled among the allowed ones (its logits hashed, as decode()).
+    // The next token: the queue's first, else sampled among the allowed ones - by the backend where the logits
+    // are (`outcome`, on a GPU only the token comes back) or here from `logits` with the request's draw,
+    // hashed as decode() hashes them. (No -v probabilities: forced tokens have none.)
+    SampleRequest request;
+    SampleOutcome outcome;  // kNeedsHost: the host samples `logits`
     auto pick = [&] {
         if (!queue.empty()) {
             const int32_t t = queue.front();
@@ -51,10 +55,16 @@ GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<f
             report.n_forced++;
             return t;
         }
-        const std::vector<int32_t>& allowed = constraint.allowed(state);
-        result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
         report.n_sampled++;
-        return sampler.sample_allowed(logits.data(), n_vocab, seq.tokens, allowed);
+        if (outcome.status == SampleOutcome::kNeedsHost) {
+            result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
+            return sampler.sample(logits.data(), n_vocab, request, seq.tokens.size());
+        }
+        result.logits_hash =
+            XXH3_64bits_withSeed(&outcome.logits_digest, sizeof(outcome.logits_digest), result.logits_hash);
+        if (outcome.status == SampleOutcome::kBadLogit)
+            throw_bad_logit(outcome.bad_is_nan, outcome.bad_index, seq.tokens.size());
+        return outcome.token;
     };
     // Appends `token` to the output: the constraint's state, the text.
     auto emit = [&](int32_t token) {
@@ -67,6 +77,8 @@ GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<f
         if (std::string text = decoder.push(tokenizer.decode_token(token)); !text.empty()) on_text(text);
     };
 
+    if (n_predict != 0 && queue.empty())
+        request = sampler.allowed_request(seq.tokens, n_vocab, constraint.allowed(state));
     int32_t token = n_predict != 0 ? pick() : -1;
     if (n_predict == 0) result.stop_reason = "token limit";
     for (int32_t step = 0; n_predict != 0; step++) {
@@ -118,8 +130,30 @@ GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<f
         }
         std::vector<int32_t> batch{token};
         batch.insert(batch.end(), queue.begin(), queue.begin() + n_along);
-        backend.forward(batch.data(), int32_t(batch.size()), pos, seq.table, logits.data(), /*all_logits=*/false);
-        seq.tokens.insert(seq.tokens.end(), batch.begin(), batch.end());
+        // After the batch the queue's next token follows (no logits wanted), or a pick among what the state after
+        // the batch allows, requested with the forward.
+        const bool samples_next = int32_t(queue.size()) == n_along;
+        int32_t pick_state = state;
+        for (int32_t i = 0; i < n_along; i++) pick_state = constraint.advance(pick_state, queue[size_t(i)]);
+        const size_t n_before = seq.tokens.size();
+        seq.tokens.insert(seq.tokens.end(), batch.begin(), batch.end());  // the request's penalty window has them
+        try {
+            Backend::SequenceInput input;
+            input.tokens = batch.data(), input.n_tokens = int32_t(batch.size()), input.pos = pos;
+            input.table = &seq.table;
+            outcome = SampleOutcome{};
+            if (samples_next) {
+                request = sampler.allowed_request(seq.tokens, n_vocab, constraint.allowed(pick_state));
+                input.logits = logits.data(), input.sample = &request, input.outcome = &outcome;
+            }
+            if (batch.size() == 1 && samples_next)
+                outcome = backend.decode_sample(token, pos, seq.table, request, logits.data());
+            else
+                backend.forward_sequences(&input, 1);
+        } catch (...) {
+            seq.tokens.resize(n_before);
+            throw;
+        }
         seq.table.n_tokens += int32_t(batch.size());
         result.has_pending_token = false;
         cache.commit(seq);

@@ -139,16 +139,22 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
 }
 
 int32_t Sampler::sample(float* logits, int32_t n_vocab, const SampleRequest& request, size_t n_history) {
-    return choose(logits, n_vocab, request.penalty_tokens, request.n_penalty, n_history, request.u01);
+    KVLM_ASSERT(!request.allowed || request.n_allowed > 0, "sampling needs at least one allowed token");
+    return choose(logits, n_vocab, request.penalty_tokens, request.n_penalty, n_history, request.u01, request.allowed,
+                  request.allowed ? request.n_allowed : 0);
+}
+
+SampleRequest Sampler::allowed_request(const std::vector<int32_t>& history, int32_t n_vocab,
+                                       const std::vector<int32_t>& allowed) {
+    KVLM_ASSERT(!allowed.empty(), "sampling needs at least one allowed token");
+    SampleRequest r = device_request(history, n_vocab);
+    r.allowed = allowed.data(), r.n_allowed = int32_t(allowed.size());
+    return r;
 }
 
 int32_t Sampler::sample_allowed(float* logits, int32_t n_vocab, const std::vector<int32_t>& history,
                                 const std::vector<int32_t>& allowed) {
-    KVLM_ASSERT(!allowed.empty(), "sampling needs at least one allowed token");
-    const double u01 = draw(n_vocab);
-    penalty_window(penalty_tokens_, history, params_.repeat_penalty, params_.repeat_last_n);
-    return choose(logits, n_vocab, penalty_tokens_.data(), int32_t(penalty_tokens_.size()), history.size(), u01,
-                  allowed.data(), int32_t(allowed.size()));
+    return sample(logits, n_vocab, allowed_request(history, n_vocab, allowed), history.size());
 }
 
 int32_t Sampler::choose(float* logits, int32_t n_vocab, const int32_t* penalty_tokens, int32_t n_penalty,

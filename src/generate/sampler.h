@@ -58,6 +58,9 @@ public:
     // over them, after the penalty; every logit is still checked for NaN and infinity.
     int32_t sample_allowed(float* logits, int32_t n_vocab, const std::vector<int32_t>& history,
                            const std::vector<int32_t>& allowed);
+    // device_request for a pick among `allowed` (constrained output; the list must outlive the request).
+    SampleRequest allowed_request(const std::vector<int32_t>& history, int32_t n_vocab,
+                                  const std::vector<int32_t>& allowed);
     // What Backend::decode_sample needs for the step after `history`: the settings, the distinct tokens the
     // repetition penalty touches, and this step's draw. Valid until the next call.
     SampleRequest device_request(const std::vector<int32_t>& history, int32_t n_vocab);

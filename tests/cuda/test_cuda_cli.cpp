@@ -319,22 +319,52 @@ TEST_CASE("cuda cli: a quantized model runs on --device cuda (and auto) with the
     }
 }
 
-TEST_CASE("cuda cli: constrained output on the GPU: masks on the host, jump-forward in exact forwards, the CPU's text") {
+// Each CUDA transfers line of a run's stderr (decode steps and decode-row passes), each checked to have
+// copied back at most `max_bytes` a step or pass on average; returns how many there were.
+static int count_transfer_lines(const std::string& err, int max_bytes) {
+    int n_lines = 0;
+    const std::regex transfers(
+        "CUDA transfers: \\d+ decode( steps|-row passes), \\d+ bytes device to host \\((\\d+) per");
+    for (auto it = std::sregex_iterator(err.begin(), err.end(), transfers); it != std::sregex_iterator();
+         ++it, n_lines++) {
+        CAPTURE((*it)[0].str());
+        CHECK(std::stoi((*it)[2].str()) <= max_bytes);
+    }
+    return n_lines;
+}
+
+TEST_CASE(
+    "cuda cli: constrained output on the GPU: masks on the host, picks and jump-forward on the device, the CPU's "
+    "text") {
     if (!have_cuda()) return;
     if (!have_data(stories("stories260K.gguf"))) return;
-    const std::vector<std::string> args = {"run", "-m", stories_model(), "-p", "Once upon a time", "-n", "60", "--temp", "0",
-                                           "--regex", " there was a (dog|cat) named [A-Z][a-z]{2,8}\\. It was very (happy|sad)\\."};
+    const std::string pattern = " there was a (dog|cat) named [A-Z][a-z]{2,8}\\. It was very (happy|sad)\\.";
+    // A prompt longer than 16 tokens: a prefill, not a decode-row pass (whose logits would count below).
+    const std::string prompt = "Lily and Ben went to the park. They played on the swings all day. Once upon a time";
+    const std::vector<std::string> args = {"run", "-m", stories_model(), "-p", prompt, "-n", "60", "--regex", pattern};
     std::vector<std::string> cpu_args = args, cuda_args = args;
-    cpu_args.insert(cpu_args.end(), {"--device", "cpu"});
-    cuda_args.insert(cuda_args.end(), {"--device", "cuda", "-v"});
-    CliResult cpu = run_kvlm(cpu_args), cuda = run_kvlm(cuda_args);
+    cpu_args.insert(cpu_args.end(), {"--device", "cpu", "--temp", "0"});
+    cuda_args.insert(cuda_args.end(), {"--device", "cuda", "--temp", "0", "-v"});
+    CliResult cpu = run_kvlm(cpu_args), cuda = run_shell("KVLM_CUDA_TRANSFERS=1 " + kvlm_command(cuda_args));
     REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
     REQUIRE_MESSAGE(cuda.exit_code == 0, cuda.err);
     CHECK(cuda.out == cpu.out);
-    CHECK(std::regex_match(cuda.out, std::regex(" there was a (dog|cat) named [A-Z][a-z]{2,8}\\. It was very (happy|sad)\\.")));
+    CHECK(std::regex_match(cuda.out, std::regex(pattern)));
     // Jump-forward takes forced tokens along in one forward of decode rows, each with its one-token step's bits.
     CHECK_FALSE(contains(cuda.err, "jump-forward is off"));
     CHECK(contains(cuda.err, "jump-forward forwards)"));
+    // The host uploads the state's allowed set and the device picks among it: a sampled step copies back its
+    // 24-byte pick, a step whose next token is forced nothing (the logits were 2,048 bytes a step).
+    CHECK_MESSAGE(count_transfer_lines(cuda.err, 24) >= 1, cuda.err);
+
+    // Sampled, with a repetition penalty: every pick still inside the pattern.
+    std::vector<std::string> sampled = args;
+    sampled.insert(sampled.end(),
+                   {"--device", "cuda", "--temp", "0.9", "--seed", "3", "--repeat-penalty", "1.2", "-v"});
+    CliResult hot = run_shell("KVLM_CUDA_TRANSFERS=1 " + kvlm_command(sampled));
+    REQUIRE_MESSAGE(hot.exit_code == 0, hot.err);
+    CHECK(std::regex_match(hot.out, std::regex(pattern)));
+    CHECK_MESSAGE(count_transfer_lines(hot.err, 24) >= 1, hot.err);
 }
 
 // The decoding methods that need a batch-invariant forward run on the GPU through its decode rows (several
@@ -400,15 +430,8 @@ TEST_CASE("cuda cli: --spec, --samples and --beams on the GPU keep the output of
         REQUIRE_MESSAGE(drafted.exit_code == 0, drafted.err);
         CHECK(drafted.out == plain.out);
         CHECK_MESSAGE(contains(drafted.err, "speculation: "), drafted.err);
-        int n_lines = 0;
-        const std::regex transfers(
-            "CUDA transfers: \\d+ decode( steps|-row passes), \\d+ bytes device to host \\((\\d+) per");
-        for (auto it = std::sregex_iterator(drafted.err.begin(), drafted.err.end(), transfers);
-             it != std::sregex_iterator(); ++it, n_lines++) {
-            CAPTURE((*it)[0].str());
-            CHECK(std::stoi((*it)[2].str()) <= 9 * 24);
-        }
-        CHECK_MESSAGE(n_lines >= 2, drafted.err);  // the draft model's steps, the target's verifications
+        // The draft model's steps, the target's verifications.
+        CHECK_MESSAGE(count_transfer_lines(drafted.err, 9 * 24) >= 2, drafted.err);
     }
 
     CliResult together = run({"-p", "Once upon a time", "-n", "12", "--temp", "0.8", "--seed", "7", "--samples", "3"});

@@ -6,6 +6,7 @@
 // device (or in CUDA=0 builds) each case says "SKIPPED: no CUDA device (...)" and passes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -44,6 +45,10 @@ std::vector<float> model_like_logits(int32_t n_vocab, float spread, uint32_t see
     for (int i = 0; i < std::min(n_vocab / 4, 40); i++) logits[size_t(pick(rng))] = 3.0f * spread + float(i % 5);  // ties
     if (n_vocab > 8) logits[3] = 0.0f, logits[5] = -0.0f;
     return logits;
+}
+
+int32_t unconstrained_argmax(const std::vector<float>& logits) {
+    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 std::vector<int32_t> random_history(int32_t n, int32_t n_vocab, uint32_t seed) {
@@ -139,6 +144,62 @@ TEST_CASE("cuda kernels: the device sampler picks the CPU sampler's token") {
     MESSAGE("device sampler == CPU sampler on " << checked << " draws, " << checked_ahead << " of them also enqueued ahead");
     CHECK(checked > 100);
     CHECK(checked_ahead > 50);
+}
+
+// Constrained output: the pick among an allowed set (a bitset on the device), as the CPU's sample_allowed makes
+// it, for one token, a few, most and all of them; the probability (-v) stays the whole vocabulary's.
+TEST_CASE("cuda kernels: the device sampler picks among an allowed set as the CPU's sample_allowed does") {
+    if (!have_cuda_device()) return;
+    const std::vector<Case> all_cases = cases();
+    uint32_t seed = 500;
+    int checked = 0, outside_best = 0;
+    for (int32_t n_vocab : {7, 1000, 49152}) {
+        for (const char* name :
+             {"greedy + penalty", "defaults", "top-k 5, hot", "top-k off, min-p 0.05", "top-k off, min-p 0.2, cold"}) {
+            const Case& c = *std::find_if(all_cases.begin(), all_cases.end(),
+                                          [&](const Case& x) { return std::string(x.name) == name; });
+            for (int set = 0; set < 4; set++, seed++) {
+                const std::vector<float> logits = model_like_logits(n_vocab, 3.0f, seed);
+                const std::vector<int32_t> history = random_history(80, n_vocab, seed);
+                // One token; a few; every other token; all but the best ones (the unconstrained pick's rivals).
+                std::mt19937 rng(seed);
+                std::vector<int32_t> allowed;
+                for (int32_t i = 0; i < n_vocab; i++) {
+                    const bool in = set == 0   ? i == n_vocab / 2
+                                    : set == 1 ? rng() % 97 == 0 || i == 1
+                                    : set == 2 ? i % 2 == 1
+                                               : logits[size_t(i)] < 3.0f * 3.0f;
+                    if (in) allowed.push_back(i);
+                }
+                if (allowed.empty()) allowed.push_back(0);
+                SamplingParams params = c.params;
+                params.seed = seed;
+                Sampler device_side(params), cpu_side(params);
+                device_side.report_probabilities(true), cpu_side.report_probabilities(true);
+                const SampleRequest request = device_side.allowed_request(history, n_vocab, allowed);
+                std::vector<float> cpu_logits = logits, gpu_logits = logits;
+                const int32_t want = cpu_side.sample_allowed(cpu_logits.data(), n_vocab, history, allowed);
+                const SampleOutcome got = cuda_test::sample(gpu_logits.data(), n_vocab, request);
+                INFO(name << ", n_vocab " << n_vocab << ", allowed set " << set << " (" << allowed.size()
+                          << " tokens), seed " << seed);
+                if (got.status == SampleOutcome::kNeedsHost) {  // more min-p survivors than the device sorts
+                    CHECK(c.params.top_k <= 0);
+                    CHECK(std::memcmp(gpu_logits.data(), logits.data(), logits.size() * 4) == 0);
+                    continue;
+                }
+                REQUIRE(got.status == SampleOutcome::kToken);
+                CHECK(got.token == want);
+                CHECK(std::binary_search(allowed.begin(), allowed.end(), got.token));
+                CHECK(got.probability == doctest::Approx(cpu_side.last_probability()).epsilon(1e-5));
+                CHECK(std::memcmp(gpu_logits.data(), cpu_logits.data(), logits.size() * 4) == 0);
+                outside_best += got.token != unconstrained_argmax(cpu_logits);
+                checked++;
+            }
+        }
+    }
+    MESSAGE("device sampler == sample_allowed on " << checked << " draws");
+    CHECK(checked >= 50);
+    CHECK(outside_best >= 10);  // the sets did constrain: the pick was not the unconstrained argmax
 }
 
 TEST_CASE("cuda kernels: the device sampler reports the first NaN or infinite logit, as the CPU does") {
