@@ -268,6 +268,8 @@ void CudaBackend::allocate_scratch() {
     static_assert(kRowsPerPass <= kMaxBestRows, "a pass's best-token rows fit one launch");
     best_out_ = arena_.alloc<TokenScore>(size_t(kRowsPerPass) * kMaxDeviceBest, "the best tokens");
     rows_best_host_ = std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * kMaxDeviceBest * sizeof(TokenScore));
+    nll_targets_ = arena_.alloc<int32_t>(size_t(kLogitsRows), "perplexity's targets");
+    nll_ = arena_.alloc<double>(size_t(kLogitsRows), "perplexity's scores");
     allowed_bits_ = arena_.alloc<uint32_t>(size_t(kRowsPerPass) * allowed_words(c.n_vocab), "the allowed-token masks");
     allowed_host_ = std::make_unique<PinnedBuffer>(size_t(kRowsPerPass) * allowed_words(c.n_vocab) * sizeof(uint32_t));
     attention_.max_rows = int64_t(c.n_heads) * kAttentionSplitRows;

@@ -133,6 +133,10 @@ public:
     const ModelConfig& config() const override { return config_; }
     DevicePeaks peaks() const override;
     int32_t exact_forward_tokens() const override { return fused_decode_ ? kExactForwardTokens : 0; }
+    bool scores_on_device() const override { return true; }
+    // forward_batch.cpp: perplexity's forward, scored where the logits are (token_nll.cu).
+    void forward_nll(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table, int32_t first,
+                     double* nll) override;
 
     // cuda_backend.cpp: KV blocks in and out.
     int32_t n_kv_blocks() const override { return n_kv_blocks_; }
@@ -173,7 +177,9 @@ private:
     void ensure_table_capacity(int64_t n_blocks);
 
     // forward_batch.cpp: prefill batches.
+    void upload_batch(const int32_t* tokens, int32_t n, int32_t pos, const BlockTable& table, int64_t n_blocks_used);
     void forward_batch(int32_t n, int32_t pos, float* logits, bool all_logits);
+    void score_rows(int32_t first_row, int32_t n_rows, const int32_t* targets, double* nll);
     void matmul(float* out, const float* in, const TensorView& w, int32_t n);
     const void* gemm_input(const float* x, const float* norm, int32_t n, int32_t width, DType weight_dtype);
     void gemm(float* out, const void* in, const TensorView& w, int32_t n, bool accumulate = false);
@@ -261,6 +267,8 @@ private:
     }
     TokenScore* best_out_ = nullptr;                // device: forward_rows' best tokens, [kRowsPerPass][kMaxDeviceBest]
     std::unique_ptr<PinnedBuffer> rows_best_host_;  // their pinned copy
+    int32_t* nll_targets_ = nullptr;                // device: [kLogitsRows] tokens score_rows scores
+    double* nll_ = nullptr;                         // device: [kLogitsRows] their negative log-likelihoods
     uint32_t* allowed_bits_ = nullptr;              // device: [kRowsPerPass][allowed_words] allowed-token bitsets
     std::unique_ptr<PinnedBuffer> allowed_host_;    // their pinned staging
     DecodeSlots decode_slots_;     // host staging and results of the decode steps in flight

@@ -74,6 +74,15 @@ void launch_best_tokens(const float* logits,  // [n_rows, n_vocab]
                         TokenScore* out,  // [n_rows, out_stride >= n]
                         int32_t out_stride, cudaStream_t stream);
 
+// token_nll.cu: perplexity's scores where the logits are (CudaBackend::forward_nll): out[r] = the negative
+// log-likelihood of token targets[r] (in 0..n_vocab-1) under row r's logits, in double, as the CPU's token_nll;
+// NaN when the row has a non-finite logit. One block per row.
+void launch_token_nll(const float* logits,  // [n_rows, n_vocab]
+                      int32_t n_rows, int32_t n_vocab,
+                      const int32_t* targets,  // [n_rows]
+                      double* out,             // [n_rows]
+                      cudaStream_t stream);
+
 // rmsnorm.cu: out[t] = weight * x[t] / sqrt(mean(x[t]^2) + eps). out may alias x.
 void launch_rmsnorm(float* out,           // [n, dim]
                     const float* x,       // [n, dim]

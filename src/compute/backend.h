@@ -171,6 +171,16 @@ public:
         return {};
     }
 
+    // Perplexity without the logits leaving the device: forward() of tokens[0..n_tokens) at pos whose output is,
+    // for i in [0, n_tokens - 1 - first), nll[i] = -log softmax(logits of token first + i)[tokens[first + i + 1]]
+    // (in double; NaN where that row has a non-finite logit), when scores_on_device(). Otherwise the caller
+    // takes every logit (forward with all_logits) and scores them on the host.
+    virtual bool scores_on_device() const { return false; }
+    virtual void forward_nll(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table,
+                             int32_t first, double* nll) {
+        KVLM_ASSERT(false, "this backend does not score on the device");
+    }
+
     virtual DevicePeaks peaks() const { return {}; }
     // The most tokens a forward() may take and still give each token the logits bits of its own one-token
     // step (speculative decoding and jump-forward keep their batches within it, so the output is unchanged);

@@ -70,8 +70,11 @@ PerplexityResult perplexity(Engine& engine, const std::vector<int32_t>& tokens, 
     ThreadPool scorers(std::min(params.n_threads > 0 ? params.n_threads : available_cores(), available_cores()));
 
     PrefixCache& cache = engine.prefix_cache();
+    Backend& backend = engine.backend();
+    // A GPU scores where the logits are (only the scores come back); otherwise every logit comes here.
+    const bool on_device = backend.scores_on_device();
     std::vector<int32_t> chunk(size_t(n_ctx), 0);
-    std::vector<float> logits(size_t(n_ctx) * size_t(n_vocab));  // [n_ctx, n_vocab]
+    std::vector<float> logits(on_device ? 0 : size_t(n_ctx) * size_t(n_vocab));  // [n_ctx, n_vocab]
     std::vector<double> nlls(size_t(n_score), 0);                // [n_score] of the current chunk
     double nll = 0, nll2 = 0;  // sums over the scored tokens of NLL and NLL^2, added in token order
     const auto start = Clock::now();
@@ -81,7 +84,11 @@ PerplexityResult perplexity(Engine& engine, const std::vector<int32_t>& tokens, 
         Sequence seq;
         try {
             cache.reserve(seq, n_ctx);
-            engine.backend().forward(chunk.data(), n_ctx, 0, seq.table, logits.data(), /*all_logits=*/true);
+            // nlls[i]: the logits at position first + i predict the token at first + i + 1.
+            if (on_device)
+                backend.forward_nll(chunk.data(), n_ctx, 0, seq.table, first, nlls.data());
+            else
+                backend.forward(chunk.data(), n_ctx, 0, seq.table, logits.data(), /*all_logits=*/true);
         } catch (...) {
             cache.release(seq);
             throw;
@@ -89,13 +96,13 @@ PerplexityResult perplexity(Engine& engine, const std::vector<int32_t>& tokens, 
         seq.table.n_tokens = n_ctx;
         cache.release(seq);
 
-        // nlls[i]: the logits at position first + i predict the token at first + i + 1.
-        scorers.parallel_for(n_score, [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; i++) {
-                const int64_t pos = first + i;
-                nlls[size_t(i)] = token_nll(logits.data() + size_t(pos) * n_vocab, n_vocab, chunk[size_t(pos) + 1]);
-            }
-        });
+        if (!on_device)
+            scorers.parallel_for(n_score, [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; i++) {
+                    const int64_t pos = first + i;
+                    nlls[size_t(i)] = token_nll(logits.data() + size_t(pos) * n_vocab, n_vocab, chunk[size_t(pos) + 1]);
+                }
+            });
         for (int32_t i = 0; i < n_score; i++) {
             const double v = nlls[size_t(i)];
             if (!std::isfinite(v))

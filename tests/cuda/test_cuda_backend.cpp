@@ -14,6 +14,7 @@
 #include "compute/backend.h"
 #include "compute/cpu_backend.h"
 #include "format/model_file.h"
+#include "generate/perplexity.h"
 #include "generate/sampler.h"
 #include "support/cuda_kernel_checks.h"
 #include "support/random_model.h"
@@ -667,6 +668,44 @@ TEST_CASE("cuda backend: stories260K logits match the CPU backend") {
         cuda->forward(&next, 1, pos, table, got.data());
         check_close(got, want, 1e-3f, 1e-4f, "stories260K decode at " + std::to_string(pos));
     }
+}
+
+// Perplexity on a GPU scores where the logits are (token_nll.cu): the same negative log-likelihoods the host
+// computes from the same logits, over two chunks of the logits buffer (289 scored rows), the first scored
+// row anywhere in the chunk.
+TEST_CASE("cuda backend: perplexity's scores on the device are the host's over the same logits") {
+    if (!have_cuda()) return;
+    auto m = make_random_model(small_random_config(), DType::bf16, 21);
+    BackendOptions options;
+    options.block_size = 16;
+    options.n_kv_blocks = 24;
+    auto cuda = make_cuda_backend(m->config, m->weights, options);
+    REQUIRE(cuda->scores_on_device());
+    CHECK_FALSE(make_cpu_backend(m->config, m->weights, options)->scores_on_device());
+    const int32_t n_vocab = m->config.n_vocab, n = 300;
+    BlockTable table;
+    table.blocks.resize(24);
+    std::iota(table.blocks.begin(), table.blocks.end(), 0);
+    std::mt19937 rng(5);
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    for (int32_t& t : tokens) t = int32_t(rng() % uint32_t(n_vocab));
+    std::vector<float> logits(size_t(n) * size_t(n_vocab));
+    cuda->forward(tokens.data(), n, 0, table, logits.data(), true);
+    for (int32_t first : {10, 150, 298}) {
+        CAPTURE(first);
+        std::vector<double> nll(size_t(n - 1 - first), -1.0);
+        cuda->forward_nll(tokens.data(), n, 0, table, first, nll.data());
+        int mismatches = 0;
+        for (int32_t i = 0; i < n - 1 - first; i++) {
+            const double want =
+                token_nll(logits.data() + size_t(first + i) * n_vocab, n_vocab, tokens[size_t(first + i + 1)]);
+            mismatches += !(std::abs(nll[size_t(i)] - want) <= 1e-9 * std::max(1.0, std::abs(want)));
+        }
+        CHECK(mismatches == 0);
+    }
+    std::vector<double> none(1);
+    CHECK_THROWS_WITH_AS(cuda->forward_nll(tokens.data(), n, 0, table, n, none.data()),
+                         doctest::Contains("first row 300 outside 0..299"), Error);
 }
 
 TEST_CASE("cuda backend: bad forward arguments throw Error") {

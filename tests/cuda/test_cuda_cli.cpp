@@ -321,6 +321,24 @@ TEST_CASE("cuda cli: a quantized model runs on --device cuda (and auto) with the
 
 // Each CUDA transfers line of a run's stderr (decode steps and decode-row passes), each checked to have
 // copied back at most `max_bytes` a step or pass on average; returns how many there were.
+// kvlm perplexity on the GPU scores on the device and gives the CPU's figure (within float rounding).
+TEST_CASE("cuda cli: kvlm perplexity on the GPU gives the CPU's figure") {
+    if (!have_cuda()) return;
+    const std::string text = stories("TRAINING.md");
+    if (!have_data(stories("stories260K.gguf")) || !have_data(text)) return;
+    const std::vector<std::string> args = {"perplexity", "-m", stories_model(), "-f", text, "-c", "64",
+                                           "--chunks",   "3",  "--json",        "-q"};
+    std::vector<std::string> cpu_args = args, cuda_args = args;
+    cpu_args.insert(cpu_args.end(), {"--device", "cpu"});
+    cuda_args.insert(cuda_args.end(), {"--device", "cuda"});
+    CliResult cpu = run_kvlm(cpu_args), cuda = run_kvlm(cuda_args);
+    REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
+    REQUIRE_MESSAGE(cuda.exit_code == 0, cuda.err);
+    const auto ppl = [](const CliResult& r) { return nlohmann::json::parse(r.out).at("ppl").get<double>(); };
+    CHECK(ppl(cuda) == doctest::Approx(ppl(cpu)).epsilon(1e-4));
+    CHECK(ppl(cuda) > 1.0);
+}
+
 static int count_transfer_lines(const std::string& err, int max_bytes) {
     int n_lines = 0;
     const std::regex transfers(
