@@ -215,6 +215,21 @@ bench_batched() {
             timeout 60 "$KVLM" run -m "$m" --device cuda -p "Once upon a time" -n 64 --beams $n -v 2>&1 >/dev/null |
                 grep '^kvlm: beam search' || fail "$name beams $n"
         done
+        # Session 27's device picks, unmeasured until now: speculative verification rows, constrained steps
+        # (allowed sets on the device), perplexity scored on the device.
+        for spec in off lookup; do
+            echo "### $name: run --device cuda --spec $spec -n 128 --temp 0 (a prompt that repeats; KVLM_CUDA_TRANSFERS=1)"
+            KVLM_CUDA_TRANSFERS=1 timeout 60 "$KVLM" run -m "$m" --device cuda -n 128 --temp 0 --spec $spec -v \
+                -p "one two three four five six seven. one two three four five six seven. one two three" 2>&1 >/dev/null |
+                grep -E 'generated|speculation|CUDA transfers' || fail "$name spec $spec"
+        done
+        echo "### $name: run --device cuda --regex '[a-z ]{1,400}' -n 128 --temp 0.8 --seed 5 (KVLM_CUDA_TRANSFERS=1)"
+        KVLM_CUDA_TRANSFERS=1 timeout 60 "$KVLM" run -m "$m" --device cuda -p "Once upon a time" -n 128 --temp 0.8 \
+            --seed 5 --regex '[a-z ]{1,400}' -v 2>&1 >/dev/null | grep -E 'generated|constraint:|CUDA transfers' ||
+            fail "$name constrained"
+        echo "### $name: perplexity --device cuda -f README.md -c 512"
+        timeout 60 "$KVLM" perplexity -m "$m" --device cuda -f README.md -c 512 2>&1 | grep -E 'tokens evaluated|PPL' ||
+            fail "$name perplexity"
     } 2>&1 | tee "$OUT/batched-$name.md"
     local line  # the block ran in a pipeline's subshell: its failures come back through the log
     while read -r line; do FAILS+=("${line#FAILED: }"); done < <(grep '^FAILED: ' "$OUT/batched-$name.md")
