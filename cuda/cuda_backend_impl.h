@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -177,7 +178,8 @@ private:
     void ensure_table_capacity(int64_t n_blocks);
 
     // forward_batch.cpp: prefill batches.
-    void upload_batch(const int32_t* tokens, int32_t n, int32_t pos, const BlockTable& table, int64_t n_blocks_used);
+    void for_each_batch(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table,
+                        const std::function<void(int32_t start, int32_t n)>& run);
     void forward_batch(int32_t n, int32_t pos, float* logits, bool all_logits);
     void score_rows(int32_t first_row, int32_t n_rows, const int32_t* targets, double* nll);
     void matmul(float* out, const float* in, const TensorView& w, int32_t n);

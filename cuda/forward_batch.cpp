@@ -16,19 +16,14 @@ void CudaBackend::forward(const int32_t* tokens, int32_t n_tokens, int32_t pos, 
         forward_rows(&input, 1);
         return;
     }
-    const int64_t n_blocks_used = (int64_t(pos) + n_tokens + layout_.block_size - 1) / layout_.block_size;
-    ensure_table_capacity(n_blocks_used);
-    for (int32_t start = 0; start < n_tokens; start += max_batch_) {
-        int32_t n = std::min(max_batch_, n_tokens - start);
+    for_each_batch(tokens, n_tokens, pos, table, [&](int32_t start, int32_t n) {
         float* out = nullptr;
         if (all_logits)
             out = logits + int64_t(start) * config_.n_vocab;
         else if (start + n == n_tokens)
             out = logits;
-        upload_batch(tokens + start, n, pos + start, table, n_blocks_used);
         forward_batch(n, pos + start, out, all_logits);
-    }
-    CUDA_CHECK(cudaStreamSynchronize(stream()));
+    });
 }
 
 // Perplexity's chunk: the prefill batches without logits, then each batch's scored rows through the head
@@ -38,31 +33,34 @@ void CudaBackend::forward_nll(const int32_t* tokens, int32_t n_tokens, int32_t p
     check_forward(tokens, n_tokens, pos, table);
     if (first < 0 || first >= n_tokens)
         throw_error("cuda backend: forward_nll: first row {} outside 0..{}", first, n_tokens - 1);
-    const int64_t n_blocks_used = (int64_t(pos) + n_tokens + layout_.block_size - 1) / layout_.block_size;
-    ensure_table_capacity(n_blocks_used);
-    for (int32_t start = 0; start < n_tokens; start += max_batch_) {
-        const int32_t n = std::min(max_batch_, n_tokens - start);
-        upload_batch(tokens + start, n, pos + start, table, n_blocks_used);
+    for_each_batch(tokens, n_tokens, pos, table, [&](int32_t start, int32_t n) {
         forward_batch(n, pos + start, nullptr, false);
         // Rows of this batch that predict a token of the chunk: [max(first, start), min(start + n, n_tokens - 1)).
         const int32_t row0 = std::max(first, start), row1 = std::min(start + n, n_tokens - 1);
         if (row1 > row0) score_rows(row0 - start, row1 - row0, tokens + row0 + 1, nll + (row0 - first));
-    }
-    CUDA_CHECK(cudaStreamSynchronize(stream()));
+    });
 }
 
-// Stages a batch's tokens, positions and the block table's blocks in use, and uploads them into ints_.
-void CudaBackend::upload_batch(const int32_t* tokens, int32_t n, int32_t pos, const BlockTable& table,
-                               int64_t n_blocks_used) {
-    // The pinned staging may still feed the previous batch's upload: wait before rewriting it.
+// A long forward in batches of max_batch_ tokens: each batch's tokens, positions and the table's blocks in
+// use uploaded into ints_, then run(start, n); returns with the stream done.
+void CudaBackend::for_each_batch(const int32_t* tokens, int32_t n_tokens, int32_t pos, const BlockTable& table,
+                                 const std::function<void(int32_t start, int32_t n)>& run) {
+    const int64_t n_blocks_used = (int64_t(pos) + n_tokens + layout_.block_size - 1) / layout_.block_size;
+    ensure_table_capacity(n_blocks_used);
+    for (int32_t start = 0; start < n_tokens; start += max_batch_) {
+        const int32_t n = std::min(max_batch_, n_tokens - start);
+        // The pinned staging may still feed the previous batch's upload: wait before rewriting it.
+        CUDA_CHECK(cudaStreamSynchronize(stream()));
+        int32_t* host = reinterpret_cast<int32_t*>(ints_host_->data());
+        std::memcpy(host, tokens + start, size_t(n) * sizeof(int32_t));
+        for (int32_t t = 0; t < n; t++) host[positions_at() + t] = pos + start + t;
+        std::memcpy(host + table_at(), table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
+        // One upload: tokens, positions, then the block table (only the parts in use).
+        CUDA_CHECK(cudaMemcpyAsync(ints_, host, size_t(table_at() + n_blocks_used) * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, stream()));
+        run(start, n);
+    }
     CUDA_CHECK(cudaStreamSynchronize(stream()));
-    int32_t* host = reinterpret_cast<int32_t*>(ints_host_->data());
-    std::memcpy(host, tokens, size_t(n) * sizeof(int32_t));
-    for (int32_t t = 0; t < n; t++) host[positions_at() + t] = pos + t;
-    std::memcpy(host + table_at(), table.blocks.data(), size_t(n_blocks_used) * sizeof(int32_t));
-    // One upload: tokens, positions, then the block table (only the parts in use).
-    CUDA_CHECK(cudaMemcpyAsync(ints_, host, size_t(table_at() + n_blocks_used) * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, stream()));
 }
 
 // Rows [first_row, first_row + n_rows) of the batch just run (x_): the final norm, the head in chunks of the

@@ -81,28 +81,21 @@ __device__ bool is_allowed(const uint32_t* allowed, int32_t i) {
     return !allowed || ((allowed[i >> 5] >> (i & 31)) & 1u);
 }
 
-// The largest logit among the allowed tokens (lowest id among equal maxima; every logit is finite here):
-// its id into *pick_i, its value into *pick_v, on every thread.
-__device__ void allowed_argmax(const float* logits, int32_t n_vocab, const uint32_t* allowed, SampleShared& s,
-                               float* pick_v, int32_t* pick_i) {
-    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-    float best_v = -INFINITY;
-    int32_t best_i = n_vocab;
-    for (int32_t i = t; i < n_vocab; i += kThreads)
-        if (is_allowed(allowed, i) && (best_i == n_vocab || logits[i] > best_v)) best_v = logits[i], best_i = i;
+// The block's best (value, id) by `better` (id n_vocab: none yet), on every thread. Every thread calls it.
+__device__ void block_best(float* best_v, int32_t* best_i, int32_t n_vocab, SampleShared& s) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int d = 16; d > 0; d /= 2) {
-        const float v = __shfl_xor_sync(0xffffffffu, best_v, d);
-        const int32_t i = __shfl_xor_sync(0xffffffffu, best_i, d);
-        if (i < n_vocab && (best_i == n_vocab || better(v, i, best_v, best_i))) best_v = v, best_i = i;
+        const float v = __shfl_xor_sync(0xffffffffu, *best_v, d);
+        const int32_t i = __shfl_xor_sync(0xffffffffu, *best_i, d);
+        if (i < n_vocab && (*best_i == n_vocab || better(v, i, *best_v, *best_i))) *best_v = v, *best_i = i;
     }
-    if (lane == 0) s.warp_float[warp] = best_v, s.warp_int[warp] = best_i;
+    if (lane == 0) s.warp_float[warp] = *best_v, s.warp_int[warp] = *best_i;
     __syncthreads();
-    best_v = -INFINITY, best_i = n_vocab;
+    *best_v = -INFINITY, *best_i = n_vocab;
     for (int w = 0; w < kWarps; w++)
-        if (s.warp_int[w] < n_vocab && (best_i == n_vocab || better(s.warp_float[w], s.warp_int[w], best_v, best_i)))
-            best_v = s.warp_float[w], best_i = s.warp_int[w];
-    __syncthreads();
-    *pick_v = best_v, *pick_i = best_i;
+        if (s.warp_int[w] < n_vocab && (*best_i == n_vocab || better(s.warp_float[w], s.warp_int[w], *best_v, *best_i)))
+            *best_v = s.warp_float[w], *best_i = s.warp_int[w];
+    __syncthreads();  // warp_float, warp_int are reused right after
 }
 
 // Block b picks row b's token: logits row b, inputs[b], result[b] (one row in a decode step, several in a
@@ -142,31 +135,34 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
     }
     __syncthreads();
 
-    // 2. One pass: the digest, the first non-finite logit, the argmax (lowest id among equal maxima).
-    float best_v = -INFINITY;
-    int32_t best_i = n_vocab, bad_i = n_vocab;
+    // 2. One pass: the digest, the first non-finite logit, the argmax (lowest id among equal maxima), and
+    //    with an allowed set (constrained output: the pick is among those tokens) the argmax among it.
+    const uint32_t* allowed = in->allowed;
+    float best_v = -INFINITY, pick_v = -INFINITY;
+    int32_t best_i = n_vocab, pick_i = n_vocab, bad_i = n_vocab;
     unsigned long long digest = 0;
     for (int32_t i = t; i < n_vocab; i += kThreads) {
         const float l = logits[i];
         digest += mix64((uint64_t(__float_as_uint(l)) << 32) ^ uint64_t(i));
-        if (!isfinite(l)) bad_i = min(bad_i, i);
-        else if (l > best_v || best_i == n_vocab) best_v = l, best_i = i;
+        if (!isfinite(l)) {
+            bad_i = min(bad_i, i);
+            continue;
+        }
+        if (l > best_v || best_i == n_vocab) best_v = l, best_i = i;
+        if (allowed && is_allowed(allowed, i) && (l > pick_v || pick_i == n_vocab)) pick_v = l, pick_i = i;
     }
     for (int d = 16; d > 0; d /= 2) {
-        const float v = __shfl_xor_sync(0xffffffffu, best_v, d);
-        const int32_t i = __shfl_xor_sync(0xffffffffu, best_i, d);
-        if (i < n_vocab && (best_i == n_vocab || better(v, i, best_v, best_i))) best_v = v, best_i = i;
         bad_i = min(bad_i, __shfl_xor_sync(0xffffffffu, bad_i, d));
         digest += __shfl_xor_sync(0xffffffffu, digest, d);
     }
-    if (lane == 0) s.warp_float[warp] = best_v, s.warp_int[warp] = best_i, s.warp_int2[warp] = bad_i, s.warp_u64[warp] = digest;
-    __syncthreads();
-    best_v = -INFINITY, best_i = n_vocab, bad_i = n_vocab, digest = 0;
-    for (int w = 0; w < kWarps; w++) {
-        if (s.warp_int[w] < n_vocab && (best_i == n_vocab || better(s.warp_float[w], s.warp_int[w], best_v, best_i)))
-            best_v = s.warp_float[w], best_i = s.warp_int[w];
-        bad_i = min(bad_i, s.warp_int2[w]);
-        digest += s.warp_u64[w];
+    if (lane == 0) s.warp_int2[warp] = bad_i, s.warp_u64[warp] = digest;
+    block_best(&best_v, &best_i, n_vocab, s);  // its barriers publish warp_int2 and warp_u64 too
+    bad_i = n_vocab, digest = 0;
+    for (int w = 0; w < kWarps; w++) bad_i = min(bad_i, s.warp_int2[w]), digest += s.warp_u64[w];
+    if (allowed) {
+        block_best(&pick_v, &pick_i, n_vocab, s);
+    } else {
+        pick_v = best_v, pick_i = best_i;
     }
     __syncthreads();
     if (t == 0) result->digest = digest, result->bad_index = -1, result->token = -1, result->probability = -1.0f;
@@ -196,11 +192,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int32_t
         return in->want_probability ? float(exp(double(logits[token] - best_v)) / s.model_total) : -1.0f;
     };
     // The pick's candidates: every token, or the allowed ones (the host lists at least one).
-    const uint32_t* allowed = in->allowed;
     const int32_t n_choices = allowed ? in->n_allowed : n_vocab;
-    float pick_v = best_v;
-    int32_t pick_i = best_i;
-    if (allowed) allowed_argmax(logits, n_vocab, allowed, s, &pick_v, &pick_i);
     const float temperature = in->temperature;
     if (temperature <= 0.0f || n_choices == 1) {
         if (t == 0) {

@@ -3,8 +3,6 @@
 // forward take the queued tokens along, bounded so that it stops exactly where one-token steps would.
 #include "generate/constrained.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -56,15 +54,7 @@ GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<f
             return t;
         }
         report.n_sampled++;
-        if (outcome.status == SampleOutcome::kNeedsHost) {
-            result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
-            return sampler.sample(logits.data(), n_vocab, request, seq.tokens.size());
-        }
-        result.logits_hash =
-            XXH3_64bits_withSeed(&outcome.logits_digest, sizeof(outcome.logits_digest), result.logits_hash);
-        if (outcome.status == SampleOutcome::kBadLogit)
-            throw_bad_logit(outcome.bad_is_nan, outcome.bad_index, seq.tokens.size());
-        return outcome.token;
+        return picked_token(outcome, sampler, logits, request, seq.tokens.size(), result.logits_hash);
     };
     // Appends `token` to the output: the constraint's state, the text.
     auto emit = [&](int32_t token) {

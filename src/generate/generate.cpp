@@ -247,18 +247,24 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     return result;
 }
 
+int32_t picked_token(const SampleOutcome& outcome, Sampler& sampler, std::vector<float>& logits,
+                     const SampleRequest& request, size_t n_history, uint64_t& logits_hash) {
+    if (outcome.status == SampleOutcome::kNeedsHost) {
+        logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), logits_hash);
+        return sampler.sample(logits.data(), int32_t(logits.size()), request, n_history);
+    }
+    logits_hash = XXH3_64bits_withSeed(&outcome.logits_digest, sizeof(outcome.logits_digest), logits_hash);
+    if (outcome.status == SampleOutcome::kBadLogit) throw_bad_logit(outcome.bad_is_nan, outcome.bad_index, n_history);
+    return outcome.token;
+}
+
 int32_t token_after_step(const SampleOutcome& outcome, Sampler& sampler, std::vector<float>& logits,
                          const SampleRequest& request, size_t n_history, GenerationResult& result) {
-    if (outcome.status == SampleOutcome::kNeedsHost) {
-        result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
-        const int32_t token = sampler.sample(logits.data(), int32_t(logits.size()), request, n_history);
-        if (sampler.reports_probabilities()) result.probabilities.push_back(sampler.last_probability());
-        return token;
-    }
-    result.logits_hash = XXH3_64bits_withSeed(&outcome.logits_digest, sizeof(outcome.logits_digest), result.logits_hash);
-    if (outcome.status == SampleOutcome::kBadLogit) throw_bad_logit(outcome.bad_is_nan, outcome.bad_index, n_history);
-    if (sampler.reports_probabilities()) result.probabilities.push_back(outcome.probability);
-    return outcome.token;
+    const int32_t token = picked_token(outcome, sampler, logits, request, n_history, result.logits_hash);
+    if (sampler.reports_probabilities())
+        result.probabilities.push_back(outcome.status == SampleOutcome::kNeedsHost ? sampler.last_probability()
+                                                                                   : outcome.probability);
+    return token;
 }
 
 namespace {

@@ -118,10 +118,13 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
 // hash and stop with samplers[i] (needs backend.exact_forward_tokens() > 0). on_text
 // gets the sequence's index. The pool must hold all of them at once (a full pool stops a sequence with
 // "KV cache full", as in decode()).
-// A decode step's next token, for decode() and decode_samples(): the backend's pick (`outcome` kToken; its
-// logits digest chained into result.logits_hash; kBadLogit throws) or, for kNeedsHost, the host sampler's
-// over `logits` (their bytes chained first); with Sampler::report_probabilities, the token's probability
-// goes into result.probabilities.
+// A decode step's next token: the backend's pick (`outcome` kToken; its logits digest chained into
+// logits_hash; kBadLogit throws) or, for kNeedsHost, the host sampler's over `logits` with the request's draw
+// (their bytes chained first).
+int32_t picked_token(const SampleOutcome& outcome, Sampler& sampler, std::vector<float>& logits,
+                     const SampleRequest& request, size_t n_history, uint64_t& logits_hash);
+// picked_token for decode() and decode_samples(); with Sampler::report_probabilities, the token's
+// probability also goes into result.probabilities.
 int32_t token_after_step(const SampleOutcome& outcome, Sampler& sampler, std::vector<float>& logits,
                          const SampleRequest& request, size_t n_history, GenerationResult& result);
 

@@ -65,14 +65,14 @@ PerplexityResult perplexity(Engine& engine, const std::vector<int32_t>& tokens, 
     const int32_t first = n_ctx / 2;
     const int32_t n_score = perplexity_scored_per_chunk(n_ctx);
     const int32_t bos = engine.tokenizer().data().add_bos ? engine.tokenizer().bos_id() : -1;
-    // Scoring a 512-token chunk of a 49k vocabulary is 12.5M exps: little next to a CPU forward pass, most of
-    // the time next to a GPU's, so it runs on every core (the backend's own threads are idle meanwhile).
-    ThreadPool scorers(std::min(params.n_threads > 0 ? params.n_threads : available_cores(), available_cores()));
-
     PrefixCache& cache = engine.prefix_cache();
     Backend& backend = engine.backend();
     // A GPU scores where the logits are (only the scores come back); otherwise every logit comes here.
+    // Scoring a 512-token chunk of a 49k vocabulary is 12.5M exps: little next to a CPU forward pass, so it
+    // runs on every core (the backend's own threads are idle meanwhile).
     const bool on_device = backend.scores_on_device();
+    ThreadPool scorers(
+        on_device ? 1 : std::min(params.n_threads > 0 ? params.n_threads : available_cores(), available_cores()));
     std::vector<int32_t> chunk(size_t(n_ctx), 0);
     std::vector<float> logits(on_device ? 0 : size_t(n_ctx) * size_t(n_vocab));  // [n_ctx, n_vocab]
     std::vector<double> nlls(size_t(n_score), 0);                // [n_score] of the current chunk
