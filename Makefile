@@ -110,7 +110,7 @@ test-cuda-emu: $(EMU_BIN) $(EMU_KVLM)
 	KVLM_CUDA_EMU=1 KVLM_BIN=$(abspath $(EMU_KVLM)) $(EMU_BIN) $(EMU_ARGS)
 # What CI runs (~1 min plus the build): the emulator's own checks, the cuBLAS path, stories260K through the
 # whole backend, KV block moves, a GPU session continued on the CPU, and bench on the CUDA path.
-EMU_SMOKE_ARGS := -tc='cuda kernels: emulator*,cuda kernels: cuBLAS*,cuda backend: stories260K*,cuda backend: KV blocks*,cuda backend: bad forward*,cuda cli: a session*,cuda cli: kvlm bench*,cuda cli: a KV pool*,cuda cli: --kv-dtype auto*,cuda cli: a quantized model*,cuda kernels: quantized*,cuda backend: quantized models decode*,cuda device peaks*,cuda kernels: the device sampler*,cuda cli: decode copies*,cuda cli: a GPU restore*,cuda cli: constrained output*,cuda cli: --spec*,cuda kernels: gemv over several*,cuda kernels: gemv rows split*,cuda backend: batched*,cuda backend: sequences sampled*,cuda kernels: beam picks*,cuda backend: a beam*,cuda backend: decode steps queued*,cuda backend: perplexity*,cuda cli: kvlm perplexity*'
+EMU_SMOKE_ARGS := -tc='cuda kernels: emulator*,cuda backend: the persistent*,cuda kernels: cuBLAS*,cuda backend: stories260K*,cuda backend: KV blocks*,cuda backend: bad forward*,cuda cli: a session*,cuda cli: kvlm bench*,cuda cli: a KV pool*,cuda cli: --kv-dtype auto*,cuda cli: a quantized model*,cuda kernels: quantized*,cuda backend: quantized models decode*,cuda device peaks*,cuda kernels: the device sampler*,cuda cli: decode copies*,cuda cli: a GPU restore*,cuda cli: constrained output*,cuda cli: --spec*,cuda kernels: gemv over several*,cuda kernels: gemv rows split*,cuda backend: batched*,cuda backend: sequences sampled*,cuda kernels: beam picks*,cuda backend: a beam*,cuda backend: decode steps queued*,cuda backend: perplexity*,cuda cli: kvlm perplexity*'
 test-cuda-emu-smoke:
 	+$(MAKE) test-cuda-emu EMU_ARGS="$(EMU_SMOKE_ARGS)"
 	+$(MAKE) test-gpu-script-emu
@@ -142,12 +142,14 @@ test-gpu-script-emu: $(EMU_BIN) $(EMU_KVLM)
 	grep -q "^VERDICT peer: PASS | .*synthetic-peer_shape-q4_0 tg4 " $(GPU_SCRIPT_OUT)-peer.log || \
 	  { cat $(GPU_SCRIPT_OUT)-peer.log; exit 1; }; \
 	KVLM_CUDA_EMU=1 OUT=$(GPU_SCRIPT_OUT) KVLM_GPU_MODELS=$(GPU_SCRIPT_OUT)/models KVLM_GPU_DATA=$(GPU_SCRIPT_DATA) \
-	  KVLM_GPU_KVLM=$(EMU_KVLM) KVLM_GPU_TUNE_MODELS="$(abspath tests/data/peer_shape):smollm2:q4_0" \
+	  KVLM_GPU_KVLM=$(EMU_KVLM) \
+	  KVLM_GPU_TUNE_MODELS="$(abspath tests/data/peer_shape):smollm2:q4_0 $(abspath tests/data/peer_shape):smollm2:bf16" \
 	  KVLM_GPU_TUNE_RULES="0:0:auto 128:4:1" KVLM_GPU_TUNE_TESTS="-p 0 -n 2 -d 130 -r 1" \
 	  KVLM_GPU_TUNE_GEMV_RULES="0:0:0:1 4:128:32:0" KVLM_GPU_TUNE_GEMV_TESTS="-p 0 -n 2 -r 1" \
+	  KVLM_GPU_TUNE_PERSISTENT="0 1" KVLM_GPU_TUNE_PERSISTENT_TESTS="-p 0 -n 2 -d 0,130 -r 1" \
 	  bash tools/gpu_session.sh tune > $(GPU_SCRIPT_OUT)-tune.log 2>&1; \
 	tail -1 $(GPU_SCRIPT_OUT)-tune.log; \
-	grep -q "^VERDICT tune: PASS | 4 rule rows" $(GPU_SCRIPT_OUT)-tune.log || { cat $(GPU_SCRIPT_OUT)-tune.log; exit 1; }
+	grep -q "^VERDICT tune: PASS | 10 rule rows" $(GPU_SCRIPT_OUT)-tune.log || { cat $(GPU_SCRIPT_OUT)-tune.log; exit 1; }
 
 $(EMU_BIN): $(EMU_TESTS:%.cpp=$(EMU_BUILD)/%.o) $(EMU_OBJ) $(EMU_SRC_LIB)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $^ $(LDLIBS)

@@ -36,13 +36,14 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
     transfer_stats_ = options.cuda_transfer_stats;
     steps_ahead_ = options.cuda_steps_ahead;
     use_graphs_ = options.cuda_graphs && fused_decode_ && !profile_;
-    name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{}{}{})", prop_.name, prop_.multiProcessorCount,
+    const std::string persistent = setup_persistent_decode(options);
+    name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{}{}{}{})", prop_.name, prop_.multiProcessorCount,
                         double(prop_.totalGlobalMem) / kGiB,
                         use_graphs_     ? ", decode in CUDA graphs"
                         : profile_      ? ", decode profiled: CUDA graphs off"
                         : fused_decode_ ? ", CUDA graphs off"
                                         : "",
-                        programmatic_launches_on_device() ? ", programmatic launches" : "", launch_rules);
+                        programmatic_launches_on_device() ? ", programmatic launches" : "", launch_rules, persistent);
 }
 
 // BackendOptions::cuda_attn_* and cuda_gemv_*: attention's launch rules and the GEMVs' launch shape (the

@@ -219,6 +219,9 @@ private:
     void run_decode(int32_t n_splits, int32_t pos, bool sample);
     void copy_logits_back(float* logits);
     void enqueue_decode(int32_t n_splits);
+    // decode_persistent_setup.cpp: KVLM_CUDA_PERSISTENT's kernel (BackendOptions::cuda_persistent_blocks_per_sm).
+    std::string setup_persistent_decode(const BackendOptions& options);
+    void enqueue_persistent_decode(int32_t n_splits);
 
     ModelConfig config_;
     cudaDeviceProp prop_{};
@@ -282,6 +285,9 @@ private:
     int64_t rows_passes_ = 0;         // forward_rows passes that wanted a row's logits or picks
     uint64_t rows_d2h_bytes_ = 0;     // their device-to-host bytes (logits, sampled ids, best tokens)
     int32_t profile_pos_ = 0;         // the profiled step's position (for the K/V bytes attention reads)
+    PersistentDecodeArgs persistent_;  // the persistent decode kernel's arguments but the split count
+    DType persistent_dtype_ = DType::f32;
+    int32_t persistent_blocks_ = 0;  // its grid; 0: a launch per stage
     std::string name_;
 };
 

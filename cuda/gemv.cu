@@ -11,6 +11,7 @@
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "dtype_cuda.cuh"
+#include "gemv_rows.cuh"
 #include "gemv_shared.cuh"
 #include "programmatic_launch.cuh"
 
@@ -19,58 +20,6 @@ namespace kvlm {
 namespace {
 
 using namespace gemv_detail;
-
-// Two consecutive 16-bit elements packed in a 32-bit word (little-endian: element 2k in the low half).
-__device__ __forceinline__ float2 unpack2(uint32_t word, __half) {
-    return __half22float2(__halves2half2(__ushort_as_half((unsigned short)(word & 0xffffu)),
-                                         __ushort_as_half((unsigned short)(word >> 16))));
-}
-__device__ __forceinline__ float2 unpack2(uint32_t word, __nv_bfloat16) {  // bf16 is the top half of an f32
-    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
-}
-
-// acc + sum_j w_j * x[j] over the 16 / sizeof(T) elements of w, in element order.
-template <typename T>
-__device__ __forceinline__ float dot16(const uint4& w, const float* x, float acc) {
-    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        if constexpr (sizeof(T) == 4) {
-            acc = fmaf(__uint_as_float(words[k]), x[k], acc);
-        } else {
-            float2 f = unpack2(words[k], T());
-            acc = fmaf(f.x, x[2 * k], acc);
-            acc = fmaf(f.y, x[2 * k + 1], acc);
-        }
-    }
-    return acc;
-}
-
-// One step of a warp's weight loads: U 16-byte chunks (vector path) or U elements (scalar path) of each of
-// its NR rows, the warp's group lane l (lane + 32 * its split) taking chunk/element base + u * stride + l
-// (stride: 32 x the group's warps); past the row's end it loads zeros.
-template <typename T, int U, int NR>
-__device__ __forceinline__ void load_step(uint4 (&w)[U][NR], const T* const (&rows)[NR], int64_t base, int64_t n_chunks,
-                                          int lane, int stride) {
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int64_t c = base + u * stride + lane;
-#pragma unroll
-        for (int k = 0; k < NR; k++)
-            w[u][k] =
-                c < n_chunks ? load_streaming16(reinterpret_cast<const uint4*>(rows[k]) + c) : make_uint4(0, 0, 0, 0);
-    }
-}
-template <typename T, int U, int NR>
-__device__ __forceinline__ void load_step(float (&w)[U][NR], const T* const (&rows)[NR], int64_t base, int64_t n_in,
-                                          int lane, int stride) {
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int64_t i = base + u * stride + lane;
-#pragma unroll
-        for (int k = 0; k < NR; k++) w[u][k] = i < n_in ? load_f32(rows[k], i) : 0.0f;
-    }
-}
 
 // Each row group owns R consecutive flattened rows (clamped to the last row for the loads; only valid rows
 // are written) and computes their dot products with x_hat together, so one x_hat chunk serves R rows (2R
@@ -100,24 +49,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int splits = kSplit ? p.splits : 1, split = warp % splits;
     const int group_lane = split * 32 + lane, stride = 32 * splits;
-    const int32_t n_in = p.n_in;
-    const int64_t n_chunks = n_in / V;
-    const float* x = p.x;  // written by the prior kernel: coherent loads (programmatic_launch.cuh)
-    const float* __restrict__ norm_weight = p.norm_weight;
-    const bool norm = norm_weight != nullptr;
+    const int64_t n_chunks = p.n_in / V;
     const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32 / splits) + warp / splits) * R;
     const bool has_rows = first < p.n_rows;  // uniform over the group
 
     const T* rows[NR];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-#pragma unroll
-        for (int m = 0; m < kMats; m++) {
-            int32_t local;
-            const void* w = row_matrix<kSwiglu>(p, warp_row<R, kSwiglu, NT>(p, first, r), m, &local);
-            rows[m * R + r] = static_cast<const T*>(w) + int64_t(local) * n_in;
-        }
-    }
+    row_pointers<T, R, kSwiglu, NT>(p, first, rows);
     uint4 wv[U][NR];  // vector path: the current step's chunks (the scalar fallback is not prefetched)
     if (has_rows && p.vec) load_step(wv, rows, 0, n_chunks, group_lane, stride);
     wait_for_prior_kernel();  // the weights above are immutable; x and out are not
@@ -130,66 +67,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(const GemvParams p
     if (!has_rows && splits == 1) return;
 
     float acc[NT][NR];
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-        for (int k = 0; k < NR; k++) acc[t][k] = 0.0f;
-    if (has_rows && p.vec) {
-        for (int64_t base = 0; base < n_chunks; base += U * stride) {
-            if (base > 0) load_step(wv, rows, base, n_chunks, group_lane, stride);
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t c = base + u * stride + group_lane;
-                if (c >= n_chunks) continue;
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    if (NT > 1 && t >= p.n_tokens) break;
-                    const int64_t xt = int64_t(t) * n_in;  // token t's x, in floats
-                    float xv[V];
-#pragma unroll
-                    for (int j = 0; j < V / 4; j++) {
-                        float4 f;
-                        if (kShared) {
-                            f = x_shared4[(xt / 4) + c * (V / 4) + j];
-                        } else {
-                            f = reinterpret_cast<const float4*>(x + xt)[c * (V / 4) + j];
-                            if (norm) {
-                                const float s = scale[t];
-                                const float4 g = __ldg(reinterpret_cast<const float4*>(norm_weight) + c * (V / 4) + j);
-                                f.x = g.x * (f.x * s), f.y = g.y * (f.y * s);
-                                f.z = g.z * (f.z * s), f.w = g.w * (f.w * s);
-                            }
-                        }
-                        xv[4 * j] = f.x, xv[4 * j + 1] = f.y, xv[4 * j + 2] = f.z, xv[4 * j + 3] = f.w;
-                    }
-#pragma unroll
-                    for (int k = 0; k < NR; k++) acc[t][k] = dot16<T>(wv[u][k], xv, acc[t][k]);
-                }
-            }
-        }
-    } else if (has_rows) {
-        for (int64_t base = 0; base < n_in; base += U * stride) {
-            float ws[U][NR];
-            load_step(ws, rows, base, n_in, group_lane, stride);
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t i = base + u * stride + group_lane;
-                if (i >= n_in) continue;
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    if (NT > 1 && t >= p.n_tokens) break;
-                    const int64_t xi_at = int64_t(t) * n_in + i;
-                    float xi;
-                    if (kShared)
-                        xi = x_shared[xi_at];
-                    else
-                        xi = norm ? __ldg(norm_weight + i) * (x[xi_at] * scale[t]) : x[xi_at];
-#pragma unroll
-                    for (int k = 0; k < NR; k++) acc[t][k] = fmaf(ws[u][k], xi, acc[t][k]);
-                }
-            }
-        }
-    }
+    if (has_rows)
+        accumulate_rows<T, U, NR, NT, kShared>(p, rows, wv, group_lane, stride, x_shared, scale, acc);
+    else
+        zero_rows(acc);
 
     // Every lane of the warp gets here (the loops above only predicate), as the full-mask shuffles need.
     sum_lanes(acc);

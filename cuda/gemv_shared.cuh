@@ -73,31 +73,37 @@ template <int R, bool kSwiglu, int NT>
 constexpr bool kRopePairs = R == 2 && !kSwiglu && NT == 1;
 
 // 1 / rms(x) as rmsnorm_cpu computes it: 1 / sqrt(sum(x^2) / n + eps). Every thread of the block must call
-// it (it synchronizes); the reduction order depends only on blockDim, so every block gets the same value.
-// x and norm_weight as float4 when both allow it (n a multiple of 4, 16-byte aligned): the prologue's loads
-// are dependent round trips to L2, and this makes a quarter as many per thread (n_in 576 on 256 threads: one
-// instead of three).
+// it (it synchronizes). The sum is taken as a block of kMaxWarps warps would take it whatever blockDim (a
+// 128-thread block's threads each sum two virtual threads' shares), so every launch shape and the persistent
+// decode kernel get the same bits. x and norm_weight as float4 when both allow it (n a multiple of 4, 16-byte
+// aligned): the prologue's loads are dependent round trips to L2, and this makes a quarter as many per thread.
 __device__ __forceinline__ bool float4_input(const float* x, const float* norm_weight, int32_t n) {
     return n % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
            (!norm_weight || reinterpret_cast<uintptr_t>(norm_weight) % 16 == 0);
 }
 
+// blockDim.x must divide kMaxWarps * 32.
 __device__ inline float block_rms_scale(const float* x, int32_t n, float eps, bool vec4,
                                         float* warp_sums /* [kMaxWarps] */) {
-    float sum = 0.0f;
-    if (vec4) {
-        for (int32_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
-            const float4 v = reinterpret_cast<const float4*>(x)[i];  // coherent: a prior kernel wrote x
-            sum = fmaf(v.x, v.x, sum), sum = fmaf(v.y, v.y, sum), sum = fmaf(v.z, v.z, sum), sum = fmaf(v.w, v.w, sum);
+    constexpr int kVirtualThreads = kMaxWarps * 32;
+    for (int v0 = 0; v0 < kVirtualThreads; v0 += int(blockDim.x)) {
+        const int vt = v0 + int(threadIdx.x);
+        float sum = 0.0f;
+        if (vec4) {
+            for (int32_t i = vt; i < n / 4; i += kVirtualThreads) {
+                const float4 v = reinterpret_cast<const float4*>(x)[i];  // coherent: a prior kernel wrote x
+                sum = fmaf(v.x, v.x, sum), sum = fmaf(v.y, v.y, sum), sum = fmaf(v.z, v.z, sum),
+                sum = fmaf(v.w, v.w, sum);
+            }
+        } else {
+            for (int32_t i = vt; i < n; i += kVirtualThreads) sum = fmaf(x[i], x[i], sum);
         }
-    } else {
-        for (int32_t i = threadIdx.x; i < n; i += blockDim.x) sum = fmaf(x[i], x[i], sum);
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        if (vt % 32 == 0) warp_sums[vt / 32] = sum;
     }
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
     __syncthreads();
     float total = 0.0f;
-    for (int w = 0; w < int(blockDim.x / 32); w++) total += warp_sums[w];
+    for (int w = 0; w < kMaxWarps; w++) total += warp_sums[w];
     return 1.0f / sqrtf(total / float(n) + eps);
 }
 

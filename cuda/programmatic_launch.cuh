@@ -63,4 +63,24 @@ void launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, dim3 
     }
 }
 
+// kernel<<<grid, block, smem, stream>>>(args...) as a cooperative launch: every block resident at once (the
+// grid must fit the device: cudaOccupancyMaxActiveBlocksPerMultiprocessor x multiprocessors), so that blocks
+// may wait on one another (grid_barrier.cuh). Never programmatic. Throws naming `name` when refused.
+template <typename... Params, typename... Args>
+void launch_cooperative_kernel(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t stream, Args&&... args) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeCooperative;
+    attribute.val.cooperative = 1;
+    cudaLaunchConfig_t config = {grid, block, smem, stream, &attribute, 1u};
+#ifdef KVLM_CUDA_EMU
+    ::kvlm_emu::name_next_launch(name);
+#endif
+    const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+    if (status != cudaSuccess) {
+        cudaGetLastError();
+        cuda_fail(status, name, __FILE__, __LINE__);
+    }
+}
+
 }  // namespace kvlm

@@ -11,7 +11,7 @@
 #   bash tools/gpu_session.sh cpu      # ~3 min: CPU decode and prefill from 1 to all cores (the dev VMs have 2)
 #   bash tools/gpu_session.sh peer     # llama.cpp's llama-bench beside kvlm bench, same GPU, same weights (carry .carry-peer too)
 #   bash tools/gpu_session.sh peer8b   # the same for the Llama-3-8B shape in bf16
-#   bash tools/gpu_session.sh tune     # ~5 min: attention's and the GEMVs' launch rules swept (1B bf16/q4_0, SmolLM2; 8B GEMVs)
+#   bash tools/gpu_session.sh tune     # ~6 min: attention's and the GEMVs' launch rules and the persistent decode kernel swept (1B bf16/q4_0, SmolLM2; 8B GEMVs)
 # Times are session 15's on an H200 (bench/RESULTS.md, "GPU"); docs/CUDA.md says what to do with each verdict.
 # Converted models stay in $KVLM_GPU_MODELS (default /tmp/kvlm-models) while the machine is warm.
 # `make test-gpu-script-emu` runs the smoke and tests stages over the CPU emulator (KVLM_CUDA_EMU=1, with
@@ -114,9 +114,19 @@ stage_smoke() {
     [ "$pdl_out" = "$cpu_out" ] || fail "stories260K: KVLM_CUDA_PDL=0 text differs from the CPU's"
     [ "$gpu_out" = "$cpu_out" ] || fail "stories260K: CUDA text differs from the CPU's"
     [ "$eager_out" = "$gpu_out" ] || fail "stories260K: graphs off differ from graphs on"
+    # The persistent decode kernel (KVLM_CUDA_PERSISTENT, 16-bit models): its grid barriers meet real
+    # co-resident blocks here first; a hang ends at the timeout.
+    local bf16 stage_out persistent_out
+    bf16=$(model stories260K-bf16 "$DATA/stories260K/stories260K.gguf" --dtype bf16) || fail "convert stories260K bf16"
+    stage_out=$(timeout 60 "$KVLM" run -m "$bf16" -p "Once upon a time" -n 64 --temp 0 --device cuda 2>"$OUT/smoke-bf16.err") ||
+        fail "stories260K bf16 on CUDA"
+    persistent_out=$(KVLM_CUDA_PERSISTENT=1 timeout 60 "$KVLM" run -m "$bf16" -p "Once upon a time" -n 64 --temp 0 \
+        --device cuda -v 2>"$OUT/smoke-persistent.err") || fail "KVLM_CUDA_PERSISTENT=1: $(tail -1 "$OUT/smoke-persistent.err")"
+    grep -E "kvlm: device" "$OUT/smoke-persistent.err"
+    [ "$persistent_out" = "$stage_out" ] || fail "stories260K bf16: KVLM_CUDA_PERSISTENT=1 text differs from a launch per stage"
     kernels=$(run_cases "$OUT/smoke-kernels.log" 240 "$KERNEL_CASES") ||
         fail "kernel cases: $kernels"
-    verdict smoke "stories260K 64 tokens CUDA == CPU == graphs off == KVLM_CUDA_PDL=0$loading; kernel cases: $kernels"
+    verdict smoke "stories260K 64 tokens CUDA == CPU == graphs off == KVLM_CUDA_PDL=0$loading; bf16 KVLM_CUDA_PERSISTENT=1 == per stage; kernel cases: $kernels"
 }
 
 # sanitize TOOL TIMEOUT FILTER [LABEL]: compute-sanitizer over some cases; its summary line.
@@ -167,6 +177,9 @@ bench_model() {
     echo && echo "### $name, programmatic launches off (KVLM_CUDA_PDL=0, the A/B): -p 0 -n 128 -r 3 --no-scenarios" && echo
     KVLM_CUDA_PDL=0 timeout 60 "$KVLM" bench -m "$m" --device cuda -p 0 -n 128 -r 3 --kv-dtype bf16 --no-scenarios 2>&1 |
         tee "$OUT/bench-$name-nopdl.md" || fail "$name bench KVLM_CUDA_PDL=0"
+    echo && echo "### $name, the persistent decode kernel (KVLM_CUDA_PERSISTENT=2): -p 0 -n 128 -d 0,4096 -r 3 --no-scenarios" && echo
+    KVLM_CUDA_PERSISTENT=2 timeout 90 "$KVLM" bench -m "$m" --device cuda -p 0 -n 128 -d 0,4096 -r 3 --kv-dtype bf16 \
+        --no-scenarios 2>&1 | tee "$OUT/bench-$name-persistent.md" || fail "$name bench KVLM_CUDA_PERSISTENT=2"
     echo && echo "### $name, q8_0 KV: -p 512 -n 128 -r 3 --no-scenarios" && echo
     timeout 60 "$KVLM" bench -m "$m" --device cuda -p 512 -n 128 -r 3 --kv-dtype q8_0 --no-scenarios 2>&1 |
         tee -a "$OUT/bench-$name.md" || fail "$name bench q8_0"
@@ -243,7 +256,7 @@ stage_bench() {
     [ -n "$smol" ] && bench_model smollm2-135m "$smol"
     [ -n "$l1b" ] && bench_model llama-3.2-1b "$l1b"
     [ -n "$smol" ] && bench_batched smollm2-135m "$smol"
-    verdict bench "tg128 t/s: SmolLM2-135M $(tg_rate <"$OUT/bench-smollm2-135m.md" 2>/dev/null) (KVLM_CUDA_PDL=0: $(tg_rate <"$OUT/bench-smollm2-135m-nopdl.md" 2>/dev/null)), Llama-3.2-1B $(tg_rate <"$OUT/bench-llama-3.2-1b.md" 2>/dev/null) (KVLM_CUDA_PDL=0: $(tg_rate <"$OUT/bench-llama-3.2-1b-nopdl.md" 2>/dev/null)) (bf16 weights and KV)"
+    verdict bench "tg128 t/s: SmolLM2-135M $(tg_rate <"$OUT/bench-smollm2-135m.md" 2>/dev/null) (KVLM_CUDA_PDL=0: $(tg_rate <"$OUT/bench-smollm2-135m-nopdl.md" 2>/dev/null); persistent: $(tg_rate <"$OUT/bench-smollm2-135m-persistent.md" 2>/dev/null)), Llama-3.2-1B $(tg_rate <"$OUT/bench-llama-3.2-1b.md" 2>/dev/null) (KVLM_CUDA_PDL=0: $(tg_rate <"$OUT/bench-llama-3.2-1b-nopdl.md" 2>/dev/null); persistent: $(tg_rate <"$OUT/bench-llama-3.2-1b-persistent.md" 2>/dev/null)) (bf16 weights and KV)"
 }
 
 stage_bench8b() {
@@ -425,6 +438,18 @@ stage_tune() {
                 IFS=: read -r rows threads warps stage <<<"$rule"
                 tune_row "$rows | $threads | $warps | $stage" KVLM_CUDA_GEMV_ROWS="$rows" KVLM_CUDA_GEMV_THREADS="$threads" \
                     KVLM_CUDA_GEMV_SPLIT="$warps" KVLM_CUDA_GEMV_STAGE="$stage"
+            done
+        done
+        # The persistent decode kernel (KVLM_CUDA_PERSISTENT=N blocks per SM, 0: a launch per stage) on the
+        # 16-bit models it runs (not q4_0, not the 8B, whose FFN input does not fit shared memory).
+        tests=${KVLM_GPU_TUNE_PERSISTENT_TESTS:-"-p 0 -n 128 -d 0,4096 -r 3"}
+        echo
+        echo "| model | persistent kernel: blocks per SM | tg t/s ($tests) |"
+        echo "| --- | ---: | --- |"
+        for m in "${ms[@]}"; do
+            case $m in *q4_0* | *llama-3-8b*) continue ;; esac
+            for per_sm in ${KVLM_GPU_TUNE_PERSISTENT:-0 1 2 3 4}; do
+                tune_row "$per_sm" KVLM_CUDA_PERSISTENT="$per_sm"
             done
         done
     } 2>&1 | tee "$OUT/tune.md"

@@ -41,6 +41,9 @@ struct BackendOptions {
     int32_t cuda_attn_one_head = -1;
     // CUDA GEMV launch shape, for the same sweep (GemvLaunchRules; the defaults: the rules).
     GemvLaunchRules cuda_gemv;
+    // CUDA: > 0 runs each decode step's layers as one persistent kernel with up to this many blocks per
+    // multiprocessor (cuda/decode_persistent.cu; KVLM_CUDA_PERSISTENT=N), for the same sweep; 0: a launch per stage.
+    int32_t cuda_persistent_blocks_per_sm = 0;
     // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
     // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
     double kv_mem_fraction = 0;

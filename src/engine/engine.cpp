@@ -163,6 +163,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     env_int("KVLM_CUDA_GEMV_THREADS", backend_options.cuda_gemv.threads, 0);
     env_int("KVLM_CUDA_GEMV_SPLIT", backend_options.cuda_gemv.split_warps_per_sm, 0);
     env_int("KVLM_CUDA_GEMV_STAGE", backend_options.cuda_gemv.stage_x, 1);
+    env_int("KVLM_CUDA_PERSISTENT", backend_options.cuda_persistent_blocks_per_sm, 0);
     // Device-to-host bytes per decode step on stderr when the backend closes (a debugging counter).
     if (const char* transfers = std::getenv("KVLM_CUDA_TRANSFERS"); transfers && std::strcmp(transfers, "0") != 0)
         backend_options.cuda_transfer_stats = true;

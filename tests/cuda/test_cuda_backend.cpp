@@ -587,6 +587,69 @@ TEST_CASE("cuda backend: attention's and the GEMVs' launch rules (a sweep's) kee
     CHECK(make_cuda_backend(m->config, m->weights, defaults)->name().find("GEMV") == std::string::npos);
 }
 
+TEST_CASE("cuda backend: the persistent decode kernel gives the bits of a launch per stage, rows equal to steps") {
+    if (!have_cuda()) return;
+    const int32_t kPrompt = 200, kSteps = 3, kBlock = 16;
+    struct Setup {
+        DType weights, kv;
+        int32_t split_keys, fill;  // attention's rules: 128 / 8 splits the 200-key context
+        const char* what;
+    };
+    const Setup kSetups[] = {{DType::bf16, DType::bf16, 0, 0, "bf16 weights, bf16 pool"},
+                             {DType::f16, DType::f16, 128, 8, "f16 weights, f16 pool, split attention"},
+                             {DType::bf16, DType::f16, 128, 8, "bf16 weights, f16 pool, split attention"}};
+    for (const Setup& setup : kSetups) {
+        CAPTURE(setup.what);
+        auto m = make_random_model(small_random_config(), setup.weights, 41);
+        const int32_t n_vocab = m->config.n_vocab;
+        const auto tokens = random_tokens(kPrompt + kSteps, n_vocab, 9);
+        BackendOptions options;
+        options.block_size = kBlock, options.kv_dtype = setup.kv, options.n_kv_blocks = 2 * 14;
+        options.cuda_attn_split_keys = setup.split_keys, options.cuda_attn_fill_per_sm = setup.fill;
+        auto stages = make_cuda_backend(m->config, m->weights, options);
+        options.cuda_persistent_blocks_per_sm = 1;
+        auto persistent = make_cuda_backend(m->config, m->weights, options);
+        auto rows = make_cuda_backend(m->config, m->weights, options);
+        CHECK(persistent->name().find("decode layers in one persistent kernel (") !=
+              std::string::npos);  // a block per SM
+        CHECK(stages->name().find("persistent") == std::string::npos);
+        BlockTable table;
+        for (int32_t b = 0; b < 14; b++) table.blocks.push_back(27 - 2 * b);
+        std::vector<float> want(static_cast<size_t>(n_vocab)), got(want.size()), rows_logits(size_t(kSteps) * n_vocab);
+        for (Backend* b : {stages.get(), persistent.get(), rows.get()})
+            b->forward(tokens.data(), kPrompt, 0, table, want.data());
+        rows->forward(&tokens[kPrompt], kSteps, kPrompt, table, rows_logits.data(), /*all_logits=*/true);
+        for (int32_t i = 0; i < kSteps; i++) {
+            const int32_t pos = kPrompt + i;
+            stages->forward(&tokens[size_t(pos)], 1, pos, table, want.data());
+            persistent->forward(&tokens[size_t(pos)], 1, pos, table, got.data());
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(got.data(), &rows_logits[size_t(i) * n_vocab], got.size() * sizeof(float)) == 0);
+        }
+        // The pool the persistent steps wrote is the per-stage steps' pool, byte for byte.
+        std::vector<uint8_t> a(stages->kv_block_bytes()), b(a.size());
+        const int32_t last = table.blocks[size_t((kPrompt + kSteps - 1) / kBlock)];
+        stages->read_kv_block(last, a.data());
+        persistent->read_kv_block(last, b.data());
+        CHECK(a == b);
+    }
+    auto f32_model = make_random_model(small_random_config(), DType::f32, 42);
+    BackendOptions options;
+    options.n_kv_blocks = 4, options.kv_dtype = DType::bf16, options.cuda_persistent_blocks_per_sm = 1;
+    CHECK_THROWS_WITH_AS(
+        make_cuda_backend(f32_model->config, f32_model->weights, options),
+        doctest::Contains("persistent decode kernel (KVLM_CUDA_PERSISTENT) cannot run here: weights are "
+                          "not f16 or bf16"),
+        Error);
+    auto bf16_model = make_random_model(small_random_config(), DType::bf16, 43);
+    options.kv_dtype = DType::f32;
+    CHECK_THROWS_WITH_AS(make_cuda_backend(bf16_model->config, bf16_model->weights, options),
+                         doctest::Contains("the KV pool is not f16 or bf16"), Error);
+    options.kv_dtype = DType::bf16, options.cuda_persistent_blocks_per_sm = 33;
+    CHECK_THROWS_WITH_AS(make_cuda_backend(bf16_model->config, bf16_model->weights, options),
+                         doctest::Contains("33 blocks per multiprocessor is outside 1..32"), Error);
+}
+
 TEST_CASE("cuda backend: KV blocks round trip and move between backends") {
     if (!have_cuda()) return;
     auto m = make_random_model(small_random_config(), DType::f32, 9);

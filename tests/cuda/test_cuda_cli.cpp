@@ -292,6 +292,30 @@ TEST_CASE("cuda cli: --kv-dtype auto takes a 16-bit model's type on the GPU, f32
     CHECK_MESSAGE(f32.err.find("KV cache f32 (auto: the model's f32 weights)") != std::string::npos, f32.err);
 }
 
+TEST_CASE("cuda cli: KVLM_CUDA_PERSISTENT decodes as a launch per stage does, and names why a model cannot use it") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    const std::string bf16 = converted_model("stories-bf16", {stories("stories260K.gguf"), "--dtype", "bf16"});
+    for (const char* temp : {"0", "0.8"}) {
+        CAPTURE(temp);
+        const std::string command = kvlm_command({"run", "-m", bf16, "-p", "Once upon a time", "-n", "48", "--temp",
+                                                  temp, "--seed", "5", "--device", "cuda", "-v"});
+        CliResult stages = run_shell(command), persistent = run_shell("KVLM_CUDA_PERSISTENT=1 " + command);
+        REQUIRE_MESSAGE(stages.exit_code == 0, stages.err);
+        REQUIRE_MESSAGE(persistent.exit_code == 0, persistent.err);
+        CHECK_MESSAGE(persistent.err.find("decode layers in one persistent kernel (") != std::string::npos,
+                      persistent.err);
+        CHECK(persistent.out == stages.out);
+        CHECK(persistent.out.size() > 40);
+    }
+    CliResult f32 = run_shell("KVLM_CUDA_PERSISTENT=1 " + kvlm_command({"run", "-m", stories_model(), "-p", "Once",
+                                                                        "-n", "4", "--device", "cuda"}));
+    CHECK(f32.exit_code != 0);
+    CHECK_MESSAGE(
+        f32.err.find("KVLM_CUDA_PERSISTENT) cannot run here: weights are not f16 or bf16") != std::string::npos,
+        f32.err);
+}
+
 TEST_CASE("cuda cli: a quantized model runs on --device cuda (and auto) with the CPU's greedy tokens (q8_0, q4_0, q4_1)") {
     if (!have_cuda()) return;
     if (!have_data(stories("stories260K.gguf"))) return;

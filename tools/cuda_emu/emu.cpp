@@ -65,7 +65,7 @@ constexpr size_t kMaxDynamicSmem = 256 * 1024;      // above any device's opt-in
 constexpr int kDefaultSmemOptin = 227 * 1024;       // H100 / H200
 constexpr int kDefaultSmem = 48 * 1024;             // without cudaFuncSetAttribute
 
-enum class State { runnable, at_barrier, at_warp_op, at_dependency_wait, done };
+enum class State { runnable, at_barrier, at_warp_op, at_dependency_wait, napping, done };
 enum class Order { forward, reverse, random };
 
 struct Fiber {
@@ -90,7 +90,8 @@ struct Emulator {
     std::map<const void*, int> max_dynamic_smem;  // per kernel, from cudaFuncSetAttribute
     cudaError_t last_error = cudaSuccess;
 
-    std::vector<Fiber> fibers;
+    std::vector<Fiber> fibers;                     // the running block's threads
+    std::vector<std::vector<Fiber>> spare_fibers;  // cooperative grids' blocks' threads, kept between launches
     std::vector<uint64_t> slots[2];  // [n_threads] values deposited by warp collectives
 #if KVLM_EMU_FAST_SWITCH
     void* scheduler_sp = nullptr;
@@ -362,8 +363,10 @@ bool release_dependency_wait(int n_threads) {
     return released;
 }
 
-// check_dependency: unmap device memory until the block's threads have passed the dependency wait.
-void run_block(int n_threads, bool check_dependency) {
+// Makes the first n_threads of e.fibers fresh threads of a block (stacks mapped on first use) and poisons
+// its shared memory. check_dependency: unmap device memory until the block's threads have passed the
+// dependency wait.
+void start_block(int n_threads, bool check_dependency) {
     Emulator& e = emu();
     if (e.fibers.size() < size_t(n_threads)) {
         const size_t page = size_t(sysconf(_SC_PAGESIZE));
@@ -371,7 +374,9 @@ void run_block(int n_threads, bool check_dependency) {
             e.fibers.emplace_back();
             char* s = static_cast<char*>(mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
                                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-            if (s == MAP_FAILED) die("mmap of a fiber stack failed");
+            if (s == MAP_FAILED)
+                die("mmap of a fiber stack failed (a cooperative grid maps every thread's stack at once, two "
+                    "mappings each; vm.max_map_count bounds them: launch fewer blocks)");
             mprotect(s, page, PROT_NONE);  // overflow faults instead of corrupting the next stack
             e.fibers.back().stack = s;
         }
@@ -388,7 +393,14 @@ void run_block(int n_threads, bool check_dependency) {
         close_device_memory_before_dependency();
         e.before_dependency = true;
     }
+}
 
+// Runs the block's threads until they have all exited (true) or, in a cooperative grid, until every thread
+// still running waits on other blocks: it napped (__nanosleep, as a spin on a grid barrier does) and the
+// rest wait at a barrier or collective (false; the nappers run again when the block is next resumed).
+// `progress` is set when a barrier or collective was released or a thread exited.
+bool step_block(int n_threads, bool& progress) {
+    Emulator& e = emu();
     std::vector<int> order(static_cast<size_t>(n_threads));
     for (;;) {
         for (int t = 0; t < n_threads; t++) order[size_t(t)] = t;
@@ -398,16 +410,26 @@ void run_block(int n_threads, bool check_dependency) {
             if (e.fibers[size_t(t)].state != State::runnable) continue;
             set_current(t);
             to_fiber(e.fibers[size_t(t)]);
+            if (e.fibers[size_t(t)].state == State::done) progress = true;
         }
         e.current = -1;
-        if (release_warps(n_threads)) continue;
+        if (release_warps(n_threads)) {
+            progress = true;
+            continue;
+        }
         if (release_dependency_wait(n_threads)) continue;
-        int n_done = 0, n_barrier = 0;
+        int n_done = 0, n_barrier = 0, n_napping = 0;
         for (int t = 0; t < n_threads; t++) {
             n_done += e.fibers[size_t(t)].state == State::done;
             n_barrier += e.fibers[size_t(t)].state == State::at_barrier;
+            n_napping += e.fibers[size_t(t)].state == State::napping;
         }
-        if (n_done == n_threads) break;
+        if (n_done == n_threads) return true;
+        if (n_napping > 0) {
+            for (int t = 0; t < n_threads; t++)
+                if (e.fibers[size_t(t)].state == State::napping) e.fibers[size_t(t)].state = State::runnable;
+            return false;
+        }
         if (n_done + n_barrier < n_threads) fail_block("deadlock: no thread can run", 0, n_threads);
         if (n_done > 0) fail_block("__syncthreads not reached by every thread of the block", 0, n_threads);
         const Fiber& first = e.fibers[0];
@@ -418,7 +440,13 @@ void run_block(int n_threads, bool check_dependency) {
         }
         for (int w0 = 0; w0 < n_threads; w0 += 32) check_wmma_counts(w0, std::min(w0 + 32, n_threads));
         for (int t = 0; t < n_threads; t++) e.fibers[size_t(t)].state = State::runnable;
+        progress = true;
     }
+}
+
+// After the block's last thread exited.
+void finish_block(int n_threads) {
+    Emulator& e = emu();
     for (int w0 = 0; w0 < n_threads; w0 += 32) check_wmma_counts(w0, std::min(w0 + 32, n_threads));
     end_dependency_check();  // when every thread exited without waiting
     // Bytes past the launch's dynamic shared memory (up to the guard page) must still hold the poison.
@@ -426,6 +454,90 @@ void run_block(int n_threads, bool check_dependency) {
         if (static_cast<unsigned char>(*p) != 0xFF)
             die("dynamic shared memory written past its %zu bytes at byte %td [kernel %s, block (%u,%u,%u)]",
                 e.smem_bytes, p - e.smem_base, e.kernel_name, g_block_idx.x, g_block_idx.y, g_block_idx.z);
+}
+
+// Rounds of a grid in which every live thread only napped, before the emulator calls it a deadlock: a spin on
+// a flag another block sets ends within two rounds once that block runs.
+constexpr int kMaxIdleRounds = 1000;
+
+// A block of an ordinary grid: it runs alone, so a thread that naps can only wait on its own block.
+void run_block(int n_threads, bool check_dependency) {
+    start_block(n_threads, check_dependency);
+    int idle = 0;
+    for (bool progress = false; !step_block(n_threads, progress); progress = false)
+        if (!progress && ++idle > kMaxIdleRounds)
+            die("a thread spins (__nanosleep) on what no thread of its block changes: blocks of a grid launched "
+                "without cudaLaunchAttributeCooperative do not run side by side");
+    finish_block(n_threads);
+}
+
+// A block of a cooperative grid, parked between its turns: its threads (fibers) and shared memory.
+struct ParkedBlock {
+    std::vector<Fiber> fibers;
+    std::vector<char> shared;  // static shared arrays, then the dynamic bytes up to the guard page
+    uint3 index{};
+    bool started = false, done = false;
+};
+
+void save_shared(std::vector<char>& out) {
+    Emulator& e = emu();
+    out.clear();
+    for (auto& [p, bytes] : e.static_shared)
+        out.insert(out.end(), static_cast<char*>(p), static_cast<char*>(p) + bytes);
+    out.insert(out.end(), e.smem_base, e.arena_end);
+}
+void restore_shared(const std::vector<char>& in) {
+    Emulator& e = emu();
+    const char* at = in.data();
+    for (auto& [p, bytes] : e.static_shared) std::memcpy(p, at, bytes), at += bytes;
+    std::memcpy(e.smem_base, at, size_t(e.arena_end - e.smem_base));
+}
+
+// Every block of the grid side by side, as a cooperative launch guarantees: each runs until it has exited
+// or waits on other blocks (step_block), then the next one takes its turn, with its own threads and shared
+// memory, in the emulator's order, until all have exited.
+void run_cooperative_grid(int n_threads, const std::vector<uint64_t>& blocks, dim3 g) {
+    Emulator& e = emu();
+    std::vector<ParkedBlock> parked(blocks.size());
+    for (size_t b = 0; b < blocks.size(); b++) {
+        const uint64_t i = blocks[b];
+        parked[b].index = {unsigned(i % g.x), unsigned(i / g.x % g.y), unsigned(i / (uint64_t(g.x) * g.y))};
+        if (b < e.spare_fibers.size()) parked[b].fibers = std::move(e.spare_fibers[b]);  // stacks mapped before
+    }
+    std::vector<size_t> turn(blocks.size());
+    for (size_t b = 0; b < turn.size(); b++) turn[b] = b;
+    for (int idle = 0;;) {
+        bool progress = false, all_done = true;
+        for (size_t b : turn) {
+            ParkedBlock& pb = parked[b];
+            if (pb.done) continue;
+            std::swap(e.fibers, pb.fibers);
+            g_block_idx = pb.index;
+            if (!pb.started) {
+                start_block(n_threads, false);
+                pb.started = true;
+            } else {
+                restore_shared(pb.shared);
+                for (auto& buf : e.slots) buf.assign(size_t(n_threads), 0);  // no collective spans a turn
+            }
+            pb.done = step_block(n_threads, progress);
+            if (pb.done)
+                finish_block(n_threads);
+            else
+                save_shared(pb.shared);
+            std::swap(e.fibers, pb.fibers);
+            all_done &= pb.done;
+        }
+        if (all_done) break;
+        if (progress)
+            idle = 0;
+        else if (++idle > kMaxIdleRounds)
+            die("cooperative grid: every block spins (__nanosleep) and none moves on: a grid barrier not reached by "
+                "every block, or a flag no block sets");
+        if (e.order == Order::random) shuffle(turn);
+    }
+    e.spare_fibers.resize(std::max(e.spare_fibers.size(), parked.size()));
+    for (size_t b = 0; b < parked.size(); b++) e.spare_fibers[b] = std::move(parked[b].fibers);
 }
 
 }  // namespace
@@ -443,6 +555,8 @@ void die(const char* format, ...) {
 }
 
 void block_barrier(const char* file, int line) { wait_at(State::at_barrier, "__syncthreads", file, line); }
+
+void nap(const char* file, int line) { wait_at(State::napping, "__nanosleep", file, line); }
 
 void grid_dependency_wait() {
     Emulator& e = emu();
@@ -526,6 +640,11 @@ void run_grid(const char* name, const char* site, const void* kernel, const Laun
     // A programmatic launch's first two blocks (in the run order, random by default) are checked for accesses
     // before the dependency wait: remapping every allocation around each block of every grid doubled the
     // emulated suites' time, and the blocks of a grid take the same path up to their wait.
+    if (cfg.cooperative) {
+        run_cooperative_grid(int(n_threads), blocks, g);
+        e.kernel_name = nullptr;
+        return;
+    }
     uint64_t n_run = 0;
     for (uint64_t i : blocks) {
         g_block_idx = {unsigned(i % g.x), unsigned(i / g.x % g.y), unsigned(i / (uint64_t(g.x) * g.y))};
@@ -549,6 +668,8 @@ bool check_launch(const void* kernel, const LaunchConfig& cfg) {
     if (cfg.smem > size_t(limit)) return emulated_launch_error(cudaErrorInvalidValue);
     return true;
 }
+
+void ptx_prefetch_global_l2(const void* p) { check_device_range(p, 1, "prefetch.global.L2"); }
 
 void ptx_ld_global_nc_v4_u32(unsigned& a, unsigned& b, unsigned& c, unsigned& d, const void* p) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) die("ld.global.nc.v4.u32 from %p: not 16-byte aligned", p);

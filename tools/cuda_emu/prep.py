@@ -23,6 +23,7 @@ ASM = re.compile(r"\basm\s*(?:volatile\s*)?\((.*?)\)\s*;", re.S)
 # PTX template (operands %0..) -> emulator function taking the outputs then the inputs.
 PTX = {
     "ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];": "::kvlm_emu::ptx_ld_global_nc_v4_u32",
+    "prefetch.global.L2 [%0];": "::kvlm_emu::ptx_prefetch_global_l2",
 }
 
 

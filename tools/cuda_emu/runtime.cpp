@@ -326,6 +326,12 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     prop->major = 9, prop->minor = 0, prop->memoryBusWidth = 5120, prop->l2CacheSize = 50 << 20;
     return cudaSuccess;
 }
+cudaError_t cuda_emu_occupancy(int* blocks, int block_size, size_t dynamic_smem) {
+    if (!blocks || block_size < 1 || block_size > 1024) return fail(cudaErrorInvalidValue);
+    const size_t per_block = dynamic_smem + 1024, per_sm = 228 * 1024;
+    *blocks = std::min<int>({2048 / block_size, 32, int(per_sm / per_block)});
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
     if (device != 0) return fail(cudaErrorInvalidDevice);
     switch (attr) {
@@ -338,6 +344,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
         case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
         case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
         case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = kvlm_emu::smem_optin(); break;
+        case cudaDevAttrCooperativeLaunch:
+            *value = 1;
+            break;
         default: return fail(cudaErrorInvalidValue);
     }
     return cudaSuccess;

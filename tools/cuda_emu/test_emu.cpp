@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/cublas_loader.h"
+#include "cuda/grid_barrier.cuh"
 #include "format/dtype.h"
 
 namespace {
@@ -63,6 +64,39 @@ __global__ void add_one_kernel(float* x, int n) {
 
 __global__ void write_at_kernel(float* x, int i) {
     if (threadIdx.x == 0) x[i] = 1.0f;
+}
+
+// Three phases over grid barriers: each block publishes a value, then reads its neighbour's; its shared
+// memory (static and dynamic) must survive the other blocks' turns.
+__global__ void grid_rounds_kernel(kvlm::GridBarrierState* barrier, int* values, int* out) {
+    static int mine;  // as prep.py rewrites a __shared__ int
+    [[maybe_unused]] static const bool registered = ::kvlm_emu::register_static_shared_once(&mine, sizeof mine);
+    int* dynamic = static_cast<int*>(::kvlm_emu::dynamic_smem());
+    const int b = int(blockIdx.x), n = int(gridDim.x);
+    if (threadIdx.x == 0) mine = b * 10, dynamic[0] = b * 100;
+    for (int round = 0; round < 3; round++) {
+        if (threadIdx.x == 0) values[round * n + b] = b + round * 1000;
+        kvlm::grid_barrier(barrier);
+        if (threadIdx.x == 0)
+            out[round * n + b] =
+                values[round * n + (b + 1) % n] + (mine == b * 10 && dynamic[0] == b * 100 ? 0 : 1 << 20);
+    }
+}
+
+// Block 0 leaves without the barrier the others wait at.
+__global__ void grid_barrier_skipped_kernel(kvlm::GridBarrierState* barrier) {
+    if (blockIdx.x == 0) return;
+    kvlm::grid_barrier(barrier);
+}
+
+void launch_cooperative(void (*kernel)(kvlm::GridBarrierState*, int*, int*), int blocks, bool cooperative,
+                        kvlm::GridBarrierState* barrier, int* values, int* out) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeCooperative;
+    attribute.val.cooperative = 1;
+    const cudaLaunchConfig_t config = {
+        dim3(unsigned(blocks)), dim3(64), 16, nullptr, cooperative ? &attribute : nullptr, cooperative ? 1u : 0u};
+    REQUIRE(cudaLaunchKernelEx(&config, kernel, barrier, values, out) == cudaSuccess);
 }
 
 // A device copy of a vector (cudaMalloc + synchronous copies on the legacy stream).
@@ -412,4 +446,46 @@ TEST_CASE("cuda kernels: emulator programmatic launches: only immutable memory b
             cudaDeviceSynchronize();
         },
         "before cudaGridDependencySynchronize");
+}
+
+TEST_CASE("cuda kernels: emulator cooperative grids run blocks side by side across grid barriers") {
+    const int n = 5;
+    kvlm::GridBarrierState* barrier = nullptr;
+    REQUIRE(cudaMalloc(&barrier, sizeof *barrier) == cudaSuccess);
+    REQUIRE(cudaMemset(barrier, 0, sizeof *barrier) == cudaSuccess);
+    DeviceBuffer<int> values(3 * n), out(3 * n);
+    for (int launch = 0; launch < 2; launch++) {  // the state returns to count 0: no reset between launches
+        launch_cooperative(grid_rounds_kernel, n, true, barrier, values.ptr, out.ptr);
+        const std::vector<int> got = out.read();
+        for (int round = 0; round < 3; round++)
+            for (int b = 0; b < n; b++) CHECK(got[size_t(round * n + b)] == (b + 1) % n + round * 1000);
+    }
+    kvlm::GridBarrierState state{};
+    REQUIRE(cudaMemcpy(&state, barrier, sizeof state, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(state.count == 0);
+    CHECK(state.generation == 6);
+    cudaFree(barrier);
+
+    expect_abort(
+        [] {  // without the attribute the blocks run one after another: the first one spins forever
+            kvlm::GridBarrierState* barrier = nullptr;
+            int* buffer = nullptr;
+            cudaMalloc(&barrier, sizeof *barrier), cudaMemset(barrier, 0, sizeof *barrier);
+            cudaMalloc(&buffer, 64 * sizeof(int));
+            launch_cooperative(grid_rounds_kernel, 3, false, barrier, buffer, buffer + 32);
+            cudaDeviceSynchronize();
+        },
+        "do not run side by side");
+    expect_abort(
+        [] {
+            kvlm::GridBarrierState* barrier = nullptr;
+            cudaMalloc(&barrier, sizeof *barrier), cudaMemset(barrier, 0, sizeof *barrier);
+            cudaLaunchAttribute attribute{};
+            attribute.id = cudaLaunchAttributeCooperative;
+            attribute.val.cooperative = 1;
+            const cudaLaunchConfig_t config = {dim3(4), dim3(32), 0, nullptr, &attribute, 1};
+            cudaLaunchKernelEx(&config, grid_barrier_skipped_kernel, barrier);
+            cudaDeviceSynchronize();
+        },
+        "every block spins");
 }

@@ -84,6 +84,7 @@ enum cudaDeviceAttr {
     cudaDevAttrGlobalMemoryBusWidth = 37,
     cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrComputeCapabilityMinor = 76,
+    cudaDevAttrCooperativeLaunch = 95,
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -111,6 +112,9 @@ inline int g_lane = 0;  // linear thread index % 32
 
 [[noreturn]] void die(const char* format, ...) __attribute__((format(printf, 1, 2)));
 void block_barrier(const char* file, int line);
+// __nanosleep: the thread yields; the rest of its block runs, and in a cooperative grid the other blocks, before
+// it runs again (a spin on another block's flag makes progress).
+void nap(const char* file, int line);
 // Deposits `value` and waits for every lane of the warp (a full-mask collective at file:line); returns the
 // 32 deposited values of this collective, indexed by lane.
 const uint64_t* warp_exchange(uint64_t value, unsigned mask, const char* op, const char* file, int line);
@@ -132,6 +136,7 @@ struct LaunchConfig {
     size_t smem = 0;
     cudaStream_t stream = nullptr;
     bool programmatic = false;
+    bool cooperative = false;  // cudaLaunchAttributeCooperative: every block runs side by side (grid barriers)
 };
 inline LaunchConfig config(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = nullptr) {
     return {grid, block, smem, stream};
@@ -197,6 +202,7 @@ const char* take_launch_name();  // the name set by name_next_launch (then clear
 
 // Inline PTX the kernels use outside __CUDA_ARCH__-only code, rewritten to these calls by prep.py.
 void ptx_ld_global_nc_v4_u32(unsigned& a, unsigned& b, unsigned& c, unsigned& d, const void* p);
+void ptx_prefetch_global_l2(const void* p);  // dies unless p is device memory (a GPU ignores a bad prefetch)
 
 }  // namespace kvlm_emu
 
@@ -204,8 +210,12 @@ void ptx_ld_global_nc_v4_u32(unsigned& a, unsigned& b, unsigned& c, unsigned& d,
 // wait and trigger, and the kernel attributes launch_kernel asks for (an sm_90 binary from PTX 9.0). Above
 // the threadIdx/blockDim/gridDim macros, which would rewrite the members' names; code below them
 // initialises a cudaLaunchConfig_t by position.
-enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 6 };  // the real value
+enum cudaLaunchAttributeID {  // the real values
+    cudaLaunchAttributeCooperative = 2,
+    cudaLaunchAttributeProgrammaticStreamSerialization = 6
+};
 union cudaLaunchAttributeValue {
+    int cooperative;
     int programmaticStreamSerializationAllowed;
 };
 struct cudaLaunchAttribute {
@@ -227,6 +237,8 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
     for (unsigned i = 0; i < config->numAttrs; i++)
         if (config->attrs[i].id == cudaLaunchAttributeProgrammaticStreamSerialization)
             cfg.programmatic = config->attrs[i].val.programmaticStreamSerializationAllowed != 0;
+        else if (config->attrs[i].id == cudaLaunchAttributeCooperative)
+            cfg.cooperative = config->attrs[i].val.cooperative != 0;
     // The launch's own configuration error (the sticky error keeps only the first one).
     const bool clean_before = cudaPeekAtLastError() == cudaSuccess;
     ::kvlm_emu::launch(::kvlm_emu::take_launch_name(), "cudaLaunchKernelEx", kernel, cfg)(Params(args)...);
@@ -321,14 +333,22 @@ inline float __int_as_float(int i) { return kvlm_emu::from_bits<float>(uint32_t(
 inline int __float_as_int(float f) { return int(kvlm_emu::to_bits(f) & 0xffffffffu); }
 template <typename T>
 T __ldg(const T* p) { return *p; }
-// Atomics: a block's fibers switch only at barriers and warp collectives, and blocks run one at a time, so a
-// plain read-modify-write is atomic here.
+// Atomics: one host thread runs every fiber, switching only at barriers, warp collectives and __nanosleep, so
+// a plain read-modify-write is atomic here.
 template <typename T, typename = std::enable_if_t<std::is_integral<T>::value || std::is_floating_point<T>::value>>
 T atomicAdd(T* address, T value) {
     const T old = *address;
     *address = old + value;
     return old;
 }
+template <typename T, typename = std::enable_if_t<std::is_integral<T>::value>>
+T atomicExch(T* address, T value) {
+    const T old = *address;
+    *address = value;
+    return old;
+}
+inline void __threadfence() {}  // one host thread runs every fiber: memory is always coherent
+#define __nanosleep(ns) ((void)(ns), ::kvlm_emu::nap(__FILE__, __LINE__))
 [[noreturn]] inline void __trap() { kvlm_emu::die("__trap()"); }
 // CUDA's integer and float min/max overloads (std::min wants equal types).
 template <typename A, typename B, typename = std::enable_if_t<std::is_arithmetic<A>::value && std::is_arithmetic<B>::value>>
@@ -383,6 +403,13 @@ cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorName(cudaError_t error);
 const char* cudaGetErrorString(cudaError_t error);
 cudaError_t cuda_emu_func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value);
+// As an sm_90 multiprocessor would by threads (2,048) and shared memory (228 KB, 1 KB reserved per block);
+// registers are not modelled.
+cudaError_t cuda_emu_occupancy(int* blocks, int block_size, size_t dynamic_smem);
+template <typename F>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, F, int block_size, size_t dynamic_smem) {
+    return cuda_emu_occupancy(blocks, block_size, dynamic_smem);
+}
 template <typename F>
 cudaError_t cudaFuncSetAttribute(F kernel, cudaFuncAttribute attr, int value) {
     return cuda_emu_func_set_attribute(reinterpret_cast<const void*>(kernel), attr, value);

@@ -1,0 +1,285 @@
+// The decode step's layers as one persistent kernel: every block stays resident (a cooperative launch) and
+// the stages the step's 150-odd launches ran one after another - embedding; per layer Q/K/V with RoPE and
+// the pool write, attention (and its split combine), the O projection, gate/up with SwiGLU, the down
+// projection - are separated by grid barriers instead of kernel boundaries. SmolLM2-135M's decode is bound
+// by those boundaries (session 25's H100: 153 launches, ~4 us each, 13% of the memory roofline); a barrier
+// costs a round trip to L2. Every stage runs the standalone kernels' device code (gemv_rows.cuh,
+// gemv_shared.cuh, paged_attention.cuh) with the same row, split and head assignment rules, and x_hat's rms
+// is summed in the same order whatever the block size, so a step gives the bits of the launch-per-stage
+// step (tested), and rows decoded together still equal steps decoded one by one.
+// Scope: f16/bf16 weights (the embedding table too), an f16/bf16 pool with 16-byte rows, one-token steps,
+// inputs that fit shared memory (n_ff <= kMaxSharedIn), unsplit GEMV rows; persistent_decode_supported says.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda_check.h"
+#include "cuda_ops.h"
+#include "dtype_cuda.cuh"
+#include "gemv_rows.cuh"
+#include "gemv_shared.cuh"
+#include "grid_barrier.cuh"
+#include "paged_attention.cuh"
+#include "programmatic_launch.cuh"
+
+namespace kvlm {
+
+namespace {
+
+using namespace gemv_detail;
+using namespace attention_detail;
+
+constexpr int kPersistentThreads = kAttnThreads;  // attention's block size; the GEMV stages take 4 warps a block
+
+// One GEMV stage over the whole grid: each block stages x_hat (p.x normalised when p.norm_weight is set) in
+// shared memory, then warp w of the grid takes row groups w, w + warps, ... of R rows, as gemv_kernel's warps
+// take theirs (unsplit). Every thread of every block must call it.
+template <typename T, int R, bool kSwiglu>
+__device__ __forceinline__ void gemv_stage(const GemvParams& p, float* x_shared, float* warp_sums) {
+    constexpr int NR = R * (kSwiglu ? 2 : 1);
+    constexpr int U = 8 / NR;
+    constexpr int V = 16 / int(sizeof(T));
+    float scale[1];
+    stage_input<true, 1>(p, x_shared, warp_sums, scale);
+    const int lane = int(threadIdx.x) % 32;
+    const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+    const int64_t n_groups = (int64_t(p.n_rows) + R - 1) / R;
+    for (int64_t g = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; g < n_groups; g += warps) {
+        const int64_t first = g * R;
+        const T* rows[NR];
+        row_pointers<T, R, kSwiglu, 1>(p, first, rows);
+        uint4 wv[U][NR];
+        if (p.vec) load_step(wv, rows, 0, p.n_in / V, lane, 32);
+        const EarlyReads<R> early = early_reads<R, kSwiglu, 1>(p, first, lane);
+        float acc[1][NR];
+        accumulate_rows<T, U, NR, 1, true>(p, rows, wv, lane, 32, x_shared, scale, acc);
+        finish_rows<R, kSwiglu>(p, first, acc, lane, early);
+    }
+}
+
+// A stage whose weights take at most this many bytes is prefetched into L2 whole while the stage before it
+// runs; a larger one (the 1B's FFN) only each warp's first row group, so that prefetches do not evict what
+// the current stage still reads (H100/H200 L2: 50 MB).
+constexpr int64_t kPrefetchStageBytes = 16 << 20;
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(KVLM_CUDA_EMU) || defined(__CUDA_ARCH__)
+    asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
+#endif
+}
+
+// Asks L2 for the weight rows the calling warp will take in gemv_stage over p (all of them when the stage
+// is small, see kPrefetchStageBytes), a 128-byte line per lane at a time. No data moves into registers, so
+// it costs a few instructions and no barrier: the weights never change, so they may be fetched before the
+// barrier that makes the stage's input ready. Every lane of the warp calls it.
+template <typename T, int R, bool kSwiglu>
+__device__ __forceinline__ void prefetch_stage(const GemvParams& p) {
+    constexpr int NR = R * (kSwiglu ? 2 : 1);
+    const int lane = int(threadIdx.x) % 32;
+    const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+    const int64_t n_groups = (int64_t(p.n_rows) + R - 1) / R;
+    const int64_t row_bytes = int64_t(p.n_in) * int64_t(sizeof(T)), lines = (row_bytes + 127) / 128;
+    const bool whole = int64_t(p.n_rows) * row_bytes * (kSwiglu ? 2 : 1) <= kPrefetchStageBytes;
+    const int64_t first_group = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    for (int64_t g = first_group; g < n_groups; g += warps) {
+        const T* rows[NR];
+        row_pointers<T, R, kSwiglu, 1>(p, g * R, rows);
+#pragma unroll
+        for (int k = 0; k < NR; k++)
+            for (int64_t line = lane; line <= lines; line += 32)  // one more: a row need not start a line
+                prefetch_l2(reinterpret_cast<const char*>(rows[k]) +
+                            (line * 128 < row_bytes ? line * 128 : row_bytes - 1));
+        if (!whole) break;
+    }
+}
+
+__device__ __forceinline__ GemvParams stage_params(const float* x, int32_t n_in, const float* norm_weight,
+                                                   float norm_eps, bool accumulate, bool vec) {
+    GemvParams p{};
+    for (int i = 0; i < kMaxOutputs; i++) p.row_end[i] = INT32_MAX;
+    p.x = x, p.n_in = n_in, p.norm_weight = norm_weight, p.norm_eps = norm_eps, p.accumulate = accumulate;
+    p.n_tokens = 1, p.splits = 1, p.vec = vec;
+    return p;
+}
+
+template <typename T, typename KvT, int MaxHeads>
+__global__ void __launch_bounds__(kPersistentThreads)
+    decode_persistent_kernel(const PersistentDecodeArgs a, const AttnGeometry geo) {
+    extern __shared__ float4 x_shared4[];  // [max n_in]
+    float* x_shared = reinterpret_cast<float*>(x_shared4);
+    __shared__ float warp_sums[kMaxWarps];
+    using Sizes = AttnSharedSizes<MaxHeads>;
+    __shared__ float q_s[Sizes::kQ];
+    __shared__ float p_s[Sizes::kP];
+    __shared__ int64_t offset_s[kAttnTile];
+    __shared__ float corr_s[MaxHeads];
+    __shared__ float m_s[MaxHeads];
+    __shared__ float l_s[MaxHeads];
+    const AttnShared attn_shared{q_s, p_s, offset_s, corr_s, m_s, l_s};
+    auto* barrier = static_cast<GridBarrierState*>(a.barrier);
+    wait_for_prior_kernel();  // the token may be the prior step's pick
+    const int32_t dim = a.dim, head_dim = a.layout.head_dim;
+    const int32_t q_dim = a.n_heads * head_dim, kv_dim = a.layout.n_kv_heads * head_dim;
+
+    {  // embed_kernel's lookup
+        const T* row = static_cast<const T*>(a.token_embd) + int64_t(a.tokens[0]) * dim;
+        for (int32_t i = int32_t(blockIdx.x * blockDim.x + threadIdx.x); i < dim; i += int32_t(gridDim.x * blockDim.x))
+            a.x[i] = load_f32(row, i);
+    }
+    const int32_t n_attn_blocks = a.n_splits * a.layout.n_kv_heads * geo.head_chunks;
+    // Each GEMV stage's parameters, for its run and for the prefetch one stage (two for the O projection)
+    // ahead of it.
+    const auto qkv_params = [&](int32_t layer) {  // Q/K/V, RoPE and the pool write (gemv_kernel's rope pairs)
+        const PersistentLayerWeights& w = a.layers[layer];
+        GemvParams p = stage_params(a.x, dim, w.attn_norm, a.norm_eps, false, a.vec_dim);
+        const void* weights[3] = {w.q, w.k, w.v};
+        const float* bias[3] = {w.q_bias, w.k_bias, w.v_bias};
+        const int32_t ends[3] = {q_dim, q_dim + kv_dim, q_dim + 2 * kv_dim};
+        const int32_t n_out[3] = {q_dim, kv_dim, kv_dim};
+        for (int i = 0; i < 3; i++)  // k and v go to the pool only
+            p.weight[i] = weights[i], p.out[i] = a.q, p.bias[i] = bias[i], p.row_end[i] = ends[i],
+            p.out_stride[i] = n_out[i];
+        p.n_rows = ends[2];
+        p.rope_kv = true;
+        p.rope = GemvRopeKv{a.kv, a.layout, layer, a.block_table, a.positions, a.inv_freq};
+        return p;
+    };
+    const auto o_params = [&](int32_t layer) {  // x += W_o att
+        GemvParams p = stage_params(a.att, q_dim, nullptr, 0.0f, true, a.vec_q);
+        p.weight[0] = a.layers[layer].o, p.out[0] = a.x, p.row_end[0] = dim, p.out_stride[0] = dim, p.n_rows = dim;
+        return p;
+    };
+    const auto ffn_params = [&](int32_t layer) {  // silu(gate) * up
+        const PersistentLayerWeights& w = a.layers[layer];
+        GemvParams p = stage_params(a.x, dim, w.ffn_norm, a.norm_eps, false, a.vec_dim);
+        p.weight[0] = w.gate, p.weight[1] = w.up, p.out[0] = a.ffn, p.row_end[0] = a.n_ff;
+        p.out_stride[0] = a.n_ff, p.n_rows = a.n_ff;
+        return p;
+    };
+    const auto down_params = [&](int32_t layer) {  // x += W_down ffn
+        GemvParams p = stage_params(a.ffn, a.n_ff, nullptr, 0.0f, true, a.vec_ff);
+        p.weight[0] = a.layers[layer].down, p.out[0] = a.x, p.row_end[0] = dim, p.out_stride[0] = dim, p.n_rows = dim;
+        return p;
+    };
+    prefetch_stage<T, 2, false>(qkv_params(0));
+    for (int32_t layer = 0; layer < a.n_layers; layer++) {
+        grid_barrier(barrier);  // x is complete
+        prefetch_stage<T, 1, false>(o_params(layer));
+        gemv_stage<T, 2, false>(qkv_params(layer), x_shared, warp_sums);
+        grid_barrier(barrier);
+        prefetch_stage<T, 1, true>(ffn_params(layer));
+        for (int32_t b = int32_t(blockIdx.x); b < n_attn_blocks; b += int32_t(gridDim.x))
+            attention_block<KvT, true, MaxHeads>(attn_shared, b % a.n_splits, b / a.n_splits, 0, a.n_splits, a.att,
+                                                 a.partials, a.q, static_cast<const KvT*>(a.kv), a.layout, layer,
+                                                 a.block_table, a.positions, a.n_heads, geo, 0, a.attn_scale, nullptr);
+        if (a.n_splits > 1) {
+            grid_barrier(barrier);
+            for (int32_t h = int32_t(blockIdx.x); h < a.n_heads; h += int32_t(gridDim.x))
+                combine_head(a.att, a.partials, a.n_heads, head_dim, a.n_splits, h, 0);
+        }
+        grid_barrier(barrier);
+        prefetch_stage<T, 1, false>(down_params(layer));
+        gemv_stage<T, 1, false>(o_params(layer), x_shared, warp_sums);
+        grid_barrier(barrier);
+        if (layer + 1 < a.n_layers) prefetch_stage<T, 2, false>(qkv_params(layer + 1));
+        gemv_stage<T, 1, true>(ffn_params(layer), x_shared, warp_sums);
+        grid_barrier(barrier);
+        gemv_stage<T, 1, false>(down_params(layer), x_shared, warp_sums);
+    }
+    allow_next_kernel();  // the head's kernels may be launched; they wait for this grid to finish
+}
+
+template <typename T, typename KvT>
+void launch_typed(const PersistentDecodeArgs& a, const AttnPlan& plan, unsigned blocks, size_t smem,
+                  cudaStream_t stream) {
+    if (plan.geo.heads_per_block == 1)
+        launch_cooperative_kernel("decode_persistent_kernel", decode_persistent_kernel<T, KvT, 1>, blocks,
+                                  kPersistentThreads, smem, stream, a, plan.geo);
+    else
+        launch_cooperative_kernel("decode_persistent_kernel", decode_persistent_kernel<T, KvT, kMaxGroupHeads>, blocks,
+                                  kPersistentThreads, smem, stream, a, plan.geo);
+}
+
+// Lets both of the pair's kernels take smem bytes of dynamic shared memory; returns the fewer blocks per
+// multiprocessor of the two.
+template <typename T, typename KvT>
+int configure(size_t smem) {
+    int fewest = 1 << 30;
+    for (auto kernel : {decode_persistent_kernel<T, KvT, 1>, decode_persistent_kernel<T, KvT, kMaxGroupHeads>}) {
+        int blocks = 0;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kPersistentThreads, smem));
+        fewest = std::min(fewest, blocks);
+    }
+    return fewest;
+}
+
+size_t shared_bytes(const PersistentDecodeArgs& a) {
+    return size_t(std::max({a.dim, a.n_heads * a.layout.head_dim, a.n_ff})) * sizeof(float);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+std::string persistent_decode_unsupported(DType weights, DType embedding, const KvLayout& layout, int32_t dim,
+                                          int32_t q_dim, int32_t n_ff, bool gemv_rules_default) {
+    if (weights != DType::f16 && weights != DType::bf16) return "weights are not f16 or bf16";
+    if (embedding != weights) return "the embedding table's dtype is not the layers'";
+    if (layout.dtype != DType::f16 && layout.dtype != DType::bf16) return "the KV pool is not f16 or bf16";
+    if (layout.head_dim % 8 != 0 || layout.head_dim < 2) return "head_dim is not a multiple of 8";
+    if (std::max({dim, q_dim, n_ff}) > kMaxSharedIn) return "an input does not fit shared memory";
+    if (!gemv_rules_default) return "GEMV launch rules are set (the persistent kernel runs the default shape)";
+    return "";
+}
+
+int32_t persistent_decode_blocks(const PersistentDecodeArgs& a, DType weights, int32_t n_sms, int32_t blocks_per_sm) {
+    const size_t smem = shared_bytes(a);
+    const bool bf16_kv = a.layout.dtype == DType::bf16;
+    int occupancy = 0;
+    if (weights == DType::bf16)
+        occupancy = bf16_kv ? configure<__nv_bfloat16, __nv_bfloat16>(smem) : configure<__nv_bfloat16, __half>(smem);
+    else
+        occupancy = bf16_kv ? configure<__half, __nv_bfloat16>(smem) : configure<__half, __half>(smem);
+    if (occupancy < 1) cuda_throw("persistent decode: the kernel does not fit a multiprocessor");
+    return n_sms * std::min(occupancy, blocks_per_sm);
+}
+
+void launch_decode_persistent(PersistentDecodeArgs a, DType weights, int32_t blocks, int32_t n_sms,
+                              int32_t one_head_rule, cudaStream_t stream) {
+    if (!a.layers || !a.token_embd || !a.x || !a.q || !a.att || !a.ffn || !a.kv || !a.tokens || !a.positions ||
+        !a.block_table || !a.inv_freq || !a.barrier)
+        cuda_throw("launch_decode_persistent: a null pointer");
+    if (a.n_splits > 1 && !a.partials) cuda_throw("launch_decode_persistent: splits without partials");
+    if (blocks < 1) cuda_throw("launch_decode_persistent: no blocks");
+    a.vec_dim = int64_t(a.dim) * int64_t(dtype_size(weights)) % 16 == 0;
+    a.vec_q = int64_t(a.n_heads) * a.layout.head_dim * int64_t(dtype_size(weights)) % 16 == 0;
+    a.vec_ff = int64_t(a.n_ff) * int64_t(dtype_size(weights)) % 16 == 0;
+    const size_t smem = shared_bytes(a);
+    const bool bf16_kv = a.layout.dtype == DType::bf16;
+    a.attn_scale = 1.0f / std::sqrt(float(a.layout.head_dim));
+    const auto plan_for = [&](auto* kv) {
+        const AttnPlan plan = attention_plan(a.layout, kv, 1, a.n_heads, a.n_splits, n_sms, one_head_rule);
+        if (!plan.vec) cuda_throw("launch_decode_persistent: the pool's rows are not 16-byte units");
+        return plan;
+    };
+    if (!aligned16(a.kv)) cuda_throw("launch_decode_persistent: the pool is not 16-byte aligned");
+    if (weights == DType::bf16) {
+        if (bf16_kv)
+            launch_typed<__nv_bfloat16, __nv_bfloat16>(a, plan_for(static_cast<const __nv_bfloat16*>(a.kv)), blocks,
+                                                       smem, stream);
+        else
+            launch_typed<__nv_bfloat16, __half>(a, plan_for(static_cast<const __half*>(a.kv)), blocks, smem, stream);
+    } else if (weights == DType::f16) {
+        if (bf16_kv)
+            launch_typed<__half, __nv_bfloat16>(a, plan_for(static_cast<const __nv_bfloat16*>(a.kv)), blocks, smem,
+                                                stream);
+        else
+            launch_typed<__half, __half>(a, plan_for(static_cast<const __half*>(a.kv)), blocks, smem, stream);
+    } else {
+        cuda_throw("launch_decode_persistent: weights must be f16 or bf16");
+    }
+}
+
+}  // namespace kvlm
