@@ -187,8 +187,8 @@ void launch_rope_kv_write(float* q,                    // [n, n_heads, head_dim]
 // captured in a CUDA graph). Weights are row-major [n_out, n_in] in f32, f16 or bf16, or q8_0/q4_0/q4_1
 // (gemv_quantized.cu: n_in a multiple of 32, matrices 2-byte aligned, q4_1 4-byte).
 // x_hat = x, or rmsnorm(x) * norm_weight (as rmsnorm_cpu) when norm_weight is not null, computed inside.
-// decode_persistent.cu: the decode step's embedding and layers in one cooperative launch (the head and the
-// sampling stay separate launches). Device pointers; positions = the step's position ([1]).
+// decode_persistent.cu: the decode step's embedding, layers and head in one cooperative launch (the sampling
+// stays a separate launch). Device pointers; positions = the step's position ([1]).
 struct PersistentLayerWeights {
     const void *q, *k, *v;                  // [n_heads * head_dim or kv_dim, dim]
     const float *q_bias, *k_bias, *v_bias;  // or null
@@ -199,6 +199,10 @@ struct PersistentDecodeArgs {
     const PersistentLayerWeights* layers = nullptr;  // device array [n_layers]
     int32_t n_layers = 0;
     const void* token_embd = nullptr;                                  // [n_vocab, dim], the layers' dtype
+    const float* output_norm = nullptr;                                // [dim]
+    const void* output = nullptr;                                      // [n_vocab, dim], the layers' dtype
+    float* logits = nullptr;                                           // [n_vocab]
+    int32_t n_vocab = 0;
     float *x = nullptr, *q = nullptr, *att = nullptr, *ffn = nullptr;  // [dim], [q_dim], [q_dim], [n_ff]
     float* partials = nullptr;  // attention's split partials (AttentionScratch::partials)
     int32_t dim = 0, n_heads = 0, n_ff = 0;
@@ -214,8 +218,8 @@ struct PersistentDecodeArgs {
     float attn_scale = 0;
 };
 // Why the persistent kernel cannot run such a model ("" when it can).
-std::string persistent_decode_unsupported(DType weights, DType embedding, const KvLayout& layout, int32_t dim,
-                                          int32_t q_dim, int32_t n_ff, bool gemv_rules_default);
+std::string persistent_decode_unsupported(DType weights, DType embedding, DType head, const KvLayout& layout,
+                                          int32_t dim, int32_t q_dim, int32_t n_ff, bool gemv_rules_default);
 // The grid: n_sms x min(blocks that fit a multiprocessor, blocks_per_sm). Sets the kernels' shared memory limit.
 int32_t persistent_decode_blocks(const PersistentDecodeArgs& a, DType weights, int32_t n_sms, int32_t blocks_per_sm);
 void launch_decode_persistent(PersistentDecodeArgs a, DType weights, int32_t blocks, int32_t n_sms,

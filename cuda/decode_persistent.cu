@@ -1,14 +1,15 @@
-// The decode step's layers as one persistent kernel: every block stays resident (a cooperative launch) and
-// the stages the step's 150-odd launches ran one after another - embedding; per layer Q/K/V with RoPE and
-// the pool write, attention (and its split combine), the O projection, gate/up with SwiGLU, the down
-// projection - are separated by grid barriers instead of kernel boundaries. SmolLM2-135M's decode is bound
-// by those boundaries (session 25's H100: 153 launches, ~4 us each, 13% of the memory roofline); a barrier
-// costs a round trip to L2. Every stage runs the standalone kernels' device code (gemv_rows.cuh,
-// gemv_shared.cuh, paged_attention.cuh) with the same row, split and head assignment rules, and x_hat's rms
-// is summed in the same order whatever the block size, so a step gives the bits of the launch-per-stage
-// step (tested), and rows decoded together still equal steps decoded one by one.
-// Scope: f16/bf16 weights (the embedding table too), an f16/bf16 pool with 16-byte rows, one-token steps,
-// inputs that fit shared memory (n_ff <= kMaxSharedIn), unsplit GEMV rows; persistent_decode_supported says.
+// The decode step up to its logits as one persistent kernel: every block stays resident (a cooperative
+// launch) and the stages the step's 150-odd launches ran one after another - embedding; per layer Q/K/V with
+// RoPE and the pool write, attention (and its split combine), the O projection, gate/up with SwiGLU, the down
+// projection; the head's norm and GEMV - are separated by grid barriers instead of kernel boundaries.
+// SmolLM2-135M's decode is bound by those boundaries (session 25's H100: 153 launches, ~4 us each, 13% of the
+// memory roofline); a barrier costs a round trip to L2. Every stage runs the standalone kernels' device code
+// (gemv_rows.cuh, gemv_shared.cuh, paged_attention.cuh) with the same row, split and head assignment rules,
+// and the norms are summed in the standalone kernels' orders, so a step gives the bits of the
+// launch-per-stage step (tested), and rows decoded together still equal steps decoded one by one.
+// Scope: f16/bf16 weights (the embedding table and head too), an f16/bf16 pool with 16-byte rows, one-token
+// steps, inputs that fit shared memory (n_ff <= kMaxSharedIn), unsplit GEMV rows;
+// persistent_decode_unsupported says why not.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -35,13 +36,13 @@ constexpr int kPersistentThreads = kAttnThreads;  // attention's block size; the
 // One GEMV stage over the whole grid: each block stages x_hat (p.x normalised when p.norm_weight is set) in
 // shared memory, then warp w of the grid takes row groups w, w + warps, ... of R rows, as gemv_kernel's warps
 // take theirs (unsplit). Every thread of every block must call it.
+// The rows of a GEMV stage over x_hat staged in x_shared (scale: its rms, when p.norm_weight is set): warp w
+// of the grid takes row groups w, w + warps, ... of R rows, as gemv_kernel's warps take theirs (unsplit).
 template <typename T, int R, bool kSwiglu>
-__device__ __forceinline__ void gemv_stage(const GemvParams& p, float* x_shared, float* warp_sums) {
+__device__ __forceinline__ void stage_rows(const GemvParams& p, const float* x_shared, const float (&scale)[1]) {
     constexpr int NR = R * (kSwiglu ? 2 : 1);
     constexpr int U = 8 / NR;
     constexpr int V = 16 / int(sizeof(T));
-    float scale[1];
-    stage_input<true, 1>(p, x_shared, warp_sums, scale);
     const int lane = int(threadIdx.x) % 32;
     const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
     const int64_t n_groups = (int64_t(p.n_rows) + R - 1) / R;
@@ -56,6 +57,15 @@ __device__ __forceinline__ void gemv_stage(const GemvParams& p, float* x_shared,
         accumulate_rows<T, U, NR, 1, true>(p, rows, wv, lane, 32, x_shared, scale, acc);
         finish_rows<R, kSwiglu>(p, first, acc, lane, early);
     }
+}
+
+// One GEMV stage over the whole grid: each block stages x_hat (p.x normalised when p.norm_weight is set) in
+// shared memory, then its warps take their rows. Every thread of every block must call it.
+template <typename T, int R, bool kSwiglu>
+__device__ __forceinline__ void gemv_stage(const GemvParams& p, float* x_shared, float* warp_sums) {
+    float scale[1];
+    stage_input<true, 1>(p, x_shared, warp_sums, scale);
+    stage_rows<T, R, kSwiglu>(p, x_shared, scale);
 }
 
 // A stage whose weights take at most this many bytes is prefetched into L2 whole while the stage before it
@@ -162,6 +172,9 @@ __global__ void __launch_bounds__(kPersistentThreads)
         p.weight[0] = a.layers[layer].down, p.out[0] = a.x, p.row_end[0] = dim, p.out_stride[0] = dim, p.n_rows = dim;
         return p;
     };
+    GemvParams head_params = stage_params(nullptr, dim, nullptr, 0.0f, false, a.vec_dim);  // x_hat staged below
+    head_params.weight[0] = a.output, head_params.out[0] = a.logits, head_params.row_end[0] = a.n_vocab;
+    head_params.out_stride[0] = a.n_vocab, head_params.n_rows = a.n_vocab;
     prefetch_stage<T, 2, false>(qkv_params(0));
     for (int32_t layer = 0; layer < a.n_layers; layer++) {
         grid_barrier(barrier);  // x is complete
@@ -185,7 +198,16 @@ __global__ void __launch_bounds__(kPersistentThreads)
         if (layer + 1 < a.n_layers) prefetch_stage<T, 2, false>(qkv_params(layer + 1));
         gemv_stage<T, 1, true>(ffn_params(layer), x_shared, warp_sums);
         grid_barrier(barrier);
+        if (layer + 1 == a.n_layers) prefetch_stage<T, 1, false>(head_params);
         gemv_stage<T, 1, false>(down_params(layer), x_shared, warp_sums);
+    }
+    grid_barrier(barrier);
+    {  // the head: rmsnorm_kernel's arithmetic (scalar sum of squares over 256 virtual threads), then its GEMV
+        const float scale[1] = {block_rms_scale(a.x, dim, a.norm_eps, false, warp_sums)};
+        for (int32_t i = int32_t(threadIdx.x); i < dim; i += int32_t(blockDim.x))
+            x_shared[i] = a.output_norm[i] * (a.x[i] * scale[0]);
+        __syncthreads();
+        stage_rows<T, 1, false>(head_params, x_shared, scale);
     }
     allow_next_kernel();  // the head's kernels may be launched; they wait for this grid to finish
 }
@@ -223,10 +245,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-std::string persistent_decode_unsupported(DType weights, DType embedding, const KvLayout& layout, int32_t dim,
-                                          int32_t q_dim, int32_t n_ff, bool gemv_rules_default) {
+std::string persistent_decode_unsupported(DType weights, DType embedding, DType head, const KvLayout& layout,
+                                          int32_t dim, int32_t q_dim, int32_t n_ff, bool gemv_rules_default) {
     if (weights != DType::f16 && weights != DType::bf16) return "weights are not f16 or bf16";
     if (embedding != weights) return "the embedding table's dtype is not the layers'";
+    if (head != weights) return "the output head's dtype is not the layers'";
     if (layout.dtype != DType::f16 && layout.dtype != DType::bf16) return "the KV pool is not f16 or bf16";
     if (layout.head_dim % 8 != 0 || layout.head_dim < 2) return "head_dim is not a multiple of 8";
     if (std::max({dim, q_dim, n_ff}) > kMaxSharedIn) return "an input does not fit shared memory";
@@ -248,8 +271,8 @@ int32_t persistent_decode_blocks(const PersistentDecodeArgs& a, DType weights, i
 
 void launch_decode_persistent(PersistentDecodeArgs a, DType weights, int32_t blocks, int32_t n_sms,
                               int32_t one_head_rule, cudaStream_t stream) {
-    if (!a.layers || !a.token_embd || !a.x || !a.q || !a.att || !a.ffn || !a.kv || !a.tokens || !a.positions ||
-        !a.block_table || !a.inv_freq || !a.barrier)
+    if (!a.layers || !a.token_embd || !a.output_norm || !a.output || !a.logits || !a.x || !a.q || !a.att || !a.ffn ||
+        !a.kv || !a.tokens || !a.positions || !a.block_table || !a.inv_freq || !a.barrier)
         cuda_throw("launch_decode_persistent: a null pointer");
     if (a.n_splits > 1 && !a.partials) cuda_throw("launch_decode_persistent: splits without partials");
     if (blocks < 1) cuda_throw("launch_decode_persistent: no blocks");

@@ -1,5 +1,5 @@
-// KVLM_CUDA_PERSISTENT: the decode step's layers as one persistent kernel (decode_persistent.cu) instead of a
-// launch per stage; the head's norm, GEMV and the sampling stay as they are. Off by default until a GPU
+// KVLM_CUDA_PERSISTENT: the decode step's embedding, layers and head as one persistent kernel
+// (decode_persistent.cu) instead of a launch per stage; the sampling stays its own launch. Off by default until a GPU
 // session's sweep measures it (tools/gpu_session.sh tune).
 #include "cuda_backend_impl.h"
 
@@ -40,10 +40,12 @@ std::string CudaBackend::setup_persistent_decode(const BackendOptions& options) 
     const GemvLaunchRules& rules = options.cuda_gemv;
     const bool default_rules =
         rules.rows_per_warp == 0 && rules.threads == 0 && rules.split_warps_per_sm == 0 && rules.stage_x == 1;
-    const std::string why = persistent_decode_unsupported(dtype, weights_.token_embd.dtype, layout_, c.n_embd,
-                                                          c.n_heads * c.head_dim, c.n_ff, default_rules);
+    const std::string why =
+        persistent_decode_unsupported(dtype, weights_.token_embd.dtype, weights_.output.dtype, layout_, c.n_embd,
+                                      c.n_heads * c.head_dim, c.n_ff, default_rules);
     if (!why.empty()) refuse(why);
-    if (!aligned16(weights_.token_embd.data)) refuse("the embedding table is not 16-byte aligned");
+    if (!aligned16(weights_.token_embd.data) || !aligned16(weights_.output.data))
+        refuse("the embedding table or the output head is not 16-byte aligned");
 
     auto* device_layers = arena_.alloc<PersistentLayerWeights>(layers.size(), "the persistent kernel's layer table");
     CUDA_CHECK(cudaMemcpy(device_layers, layers.data(), layers.size() * sizeof(PersistentLayerWeights),
@@ -52,15 +54,17 @@ std::string CudaBackend::setup_persistent_decode(const BackendOptions& options) 
     CUDA_CHECK(cudaMemset(barrier, 0, 2 * sizeof(uint32_t)));
     PersistentDecodeArgs& a = persistent_;
     a.layers = device_layers, a.n_layers = c.n_layers, a.token_embd = weights_.token_embd.data;
+    a.output_norm = static_cast<const float*>(weights_.output_norm.data), a.output = weights_.output.data;
+    a.logits = logits_, a.n_vocab = c.n_vocab;
     a.x = x_, a.q = q_, a.att = att_, a.ffn = gate_, a.partials = attention_.partials;
     a.dim = c.n_embd, a.n_heads = c.n_heads, a.n_ff = c.n_ff, a.norm_eps = c.norm_eps;
     a.kv = kv_, a.layout = layout_, a.inv_freq = inv_freq_, a.barrier = barrier;
     persistent_dtype_ = dtype;
     persistent_blocks_ = persistent_decode_blocks(a, dtype, prop_.multiProcessorCount, per_sm);
-    return fmt::format(", decode layers in one persistent kernel ({} blocks)", persistent_blocks_);
+    return fmt::format(", decode steps in one persistent kernel ({} blocks)", persistent_blocks_);
 }
 
-// The decode step's embedding and layers: one cooperative launch reading the token, position and table from
+// The decode step up to its logits: one cooperative launch reading the token, position and table from
 // ints_ as the per-stage kernels do.
 void CudaBackend::enqueue_persistent_decode(int32_t n_splits) {
     PersistentDecodeArgs a = persistent_;

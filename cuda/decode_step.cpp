@@ -168,9 +168,6 @@ void CudaBackend::enqueue_decode(int32_t n_splits) {
     const auto f32 = [](const TensorView& v) { return static_cast<const float*>(v.data); };
     if (persistent_blocks_ > 0) {
         enqueue_persistent_decode(n_splits);
-        launch_rmsnorm(h_, x_, f32(weights_.output_norm), 1, dim, c.norm_eps, s);
-        const GemvOutput head = gemv_output(logits_, weights_.output, nullptr, c.n_vocab);
-        launch_gemv(&head, 1, h_, dim, nullptr, 0.0f, false, s);
         return;
     }
     // KVLM_CUDA_PROFILE: an event after each stage, with the bytes the stage must move (weights once,

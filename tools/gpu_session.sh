@@ -448,7 +448,7 @@ stage_tune() {
         echo "| --- | ---: | --- |"
         for m in "${ms[@]}"; do
             case $m in *q4_0* | *llama-3-8b*) continue ;; esac
-            for per_sm in ${KVLM_GPU_TUNE_PERSISTENT:-0 1 2 3 4}; do
+            for per_sm in ${KVLM_GPU_TUNE_PERSISTENT:-0 1 2}; do
                 tune_row "$per_sm" KVLM_CUDA_PERSISTENT="$per_sm"
             done
         done

@@ -610,7 +610,7 @@ TEST_CASE("cuda backend: the persistent decode kernel gives the bits of a launch
         options.cuda_persistent_blocks_per_sm = 1;
         auto persistent = make_cuda_backend(m->config, m->weights, options);
         auto rows = make_cuda_backend(m->config, m->weights, options);
-        CHECK(persistent->name().find("decode layers in one persistent kernel (") !=
+        CHECK(persistent->name().find("decode steps in one persistent kernel (") !=
               std::string::npos);  // a block per SM
         CHECK(stages->name().find("persistent") == std::string::npos);
         BlockTable table;

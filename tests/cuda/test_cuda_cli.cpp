@@ -303,7 +303,7 @@ TEST_CASE("cuda cli: KVLM_CUDA_PERSISTENT decodes as a launch per stage does, an
         CliResult stages = run_shell(command), persistent = run_shell("KVLM_CUDA_PERSISTENT=1 " + command);
         REQUIRE_MESSAGE(stages.exit_code == 0, stages.err);
         REQUIRE_MESSAGE(persistent.exit_code == 0, persistent.err);
-        CHECK_MESSAGE(persistent.err.find("decode layers in one persistent kernel (") != std::string::npos,
+        CHECK_MESSAGE(persistent.err.find("decode steps in one persistent kernel (") != std::string::npos,
                       persistent.err);
         CHECK(persistent.out == stages.out);
         CHECK(persistent.out.size() > 40);
