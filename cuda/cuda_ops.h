@@ -198,10 +198,10 @@ struct PersistentLayerWeights {
 struct PersistentDecodeArgs {
     const PersistentLayerWeights* layers = nullptr;  // device array [n_layers]
     int32_t n_layers = 0;
-    const void* token_embd = nullptr;                                  // [n_vocab, dim], the layers' dtype
-    const float* output_norm = nullptr;                                // [dim]
-    const void* output = nullptr;                                      // [n_vocab, dim], the layers' dtype
-    float* logits = nullptr;                                           // [n_vocab]
+    const void* token_embd = nullptr;    // [n_vocab, dim], the layers' dtype
+    const float* output_norm = nullptr;  // [dim]
+    const void* output = nullptr;        // [n_vocab, dim], the layers' dtype
+    float* logits = nullptr;             // [n_vocab]
     int32_t n_vocab = 0;
     float *x = nullptr, *q = nullptr, *att = nullptr, *ffn = nullptr;  // [dim], [q_dim], [q_dim], [n_ff]
     float* partials = nullptr;  // attention's split partials (AttentionScratch::partials)

@@ -84,7 +84,7 @@ __global__ void grid_rounds_kernel(kvlm::GridBarrierState* barrier, int* values,
 }
 
 // Block 0 leaves without the barrier the others wait at.
-__global__ void grid_barrier_skipped_kernel(kvlm::GridBarrierState* barrier) {
+__global__ void grid_barrier_skipped_kernel(kvlm::GridBarrierState* barrier, int*, int*) {
     if (blockIdx.x == 0) return;
     kvlm::grid_barrier(barrier);
 }
@@ -480,11 +480,7 @@ TEST_CASE("cuda kernels: emulator cooperative grids run blocks side by side acro
         [] {
             kvlm::GridBarrierState* barrier = nullptr;
             cudaMalloc(&barrier, sizeof *barrier), cudaMemset(barrier, 0, sizeof *barrier);
-            cudaLaunchAttribute attribute{};
-            attribute.id = cudaLaunchAttributeCooperative;
-            attribute.val.cooperative = 1;
-            const cudaLaunchConfig_t config = {dim3(4), dim3(32), 0, nullptr, &attribute, 1};
-            cudaLaunchKernelEx(&config, grid_barrier_skipped_kernel, barrier);
+            launch_cooperative(grid_barrier_skipped_kernel, 4, true, barrier, nullptr, nullptr);
             cudaDeviceSynchronize();
         },
         "every block spins");
