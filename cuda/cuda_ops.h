@@ -217,9 +217,11 @@ struct PersistentDecodeArgs {
     bool vec_dim = false, vec_q = false, vec_ff = false;
     float attn_scale = 0;
 };
-// Why the persistent kernel cannot run such a model ("" when it can).
+// Why the persistent kernel cannot run such a model ("" when it can); shared_per_block: the device's opt-in
+// limit (cudaDeviceProp::sharedMemPerBlockOptin).
 std::string persistent_decode_unsupported(DType weights, DType embedding, DType head, const KvLayout& layout,
-                                          int32_t dim, int32_t q_dim, int32_t n_ff, bool gemv_rules_default);
+                                          int32_t dim, int32_t q_dim, int32_t n_ff, bool gemv_rules_default,
+                                          size_t shared_per_block);
 // The grid: n_sms x min(blocks that fit a multiprocessor, blocks_per_sm). Sets the kernels' shared memory limit.
 int32_t persistent_decode_blocks(const PersistentDecodeArgs& a, DType weights, int32_t n_sms, int32_t blocks_per_sm);
 void launch_decode_persistent(PersistentDecodeArgs a, DType weights, int32_t blocks, int32_t n_sms,

@@ -8,7 +8,9 @@
 // and the norms are summed in the standalone kernels' orders, so a step gives the bits of the
 // launch-per-stage step (tested), and rows decoded together still equal steps decoded one by one.
 // Scope: f16/bf16 weights (the embedding table and head too), an f16/bf16 pool with 16-byte rows, one-token
-// steps, inputs that fit shared memory (n_ff <= kMaxSharedIn), unsplit GEMV rows;
+// steps, inputs that fit a block's shared memory (the device's opt-in limit less attention's arrays: 50-odd
+// thousand values on an H100, so Llama-3-8B's n_ff of 14,336, which the per-stage GEMV reads from global
+// memory, is staged here; the same values either way, so the same bits), unsplit GEMV rows;
 // persistent_decode_unsupported says why not.
 #include <algorithm>
 #include <cmath>
@@ -32,6 +34,11 @@ using namespace gemv_detail;
 using namespace attention_detail;
 
 constexpr int kPersistentThreads = kAttnThreads;  // attention's block size; the GEMV stages take 4 warps a block
+// The kernel's static shared arrays (declared at the top of decode_persistent_kernel, the grouped variant's
+// sizes): what the device's per-block limit leaves for the staged input is the limit less these.
+constexpr size_t kStaticSharedBytes = sizeof(float) * (kMaxWarps + AttnSharedSizes<kMaxGroupHeads>::kQ +
+                                                       AttnSharedSizes<kMaxGroupHeads>::kP + 3 * kMaxGroupHeads) +
+                                      sizeof(int64_t) * kAttnTile;
 
 // One GEMV stage over the whole grid: each block stages x_hat (p.x normalised when p.norm_weight is set) in
 // shared memory, then warp w of the grid takes row groups w, w + warps, ... of R rows, as gemv_kernel's warps
@@ -246,13 +253,18 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 std::string persistent_decode_unsupported(DType weights, DType embedding, DType head, const KvLayout& layout,
-                                          int32_t dim, int32_t q_dim, int32_t n_ff, bool gemv_rules_default) {
+                                          int32_t dim, int32_t q_dim, int32_t n_ff, bool gemv_rules_default,
+                                          size_t shared_per_block) {
     if (weights != DType::f16 && weights != DType::bf16) return "weights are not f16 or bf16";
     if (embedding != weights) return "the embedding table's dtype is not the layers'";
     if (head != weights) return "the output head's dtype is not the layers'";
     if (layout.dtype != DType::f16 && layout.dtype != DType::bf16) return "the KV pool is not f16 or bf16";
     if (layout.head_dim % 8 != 0 || layout.head_dim < 2) return "head_dim is not a multiple of 8";
-    if (std::max({dim, q_dim, n_ff}) > kMaxSharedIn) return "an input does not fit shared memory";
+    const int32_t largest = std::max({dim, q_dim, n_ff});
+    if (size_t(largest) * sizeof(float) + kStaticSharedBytes > shared_per_block)
+        return "its largest input (" + std::to_string(largest) + " values) needs " +
+               std::to_string((size_t(largest) * sizeof(float) + kStaticSharedBytes + 1023) / 1024) +
+               " KB of shared memory a block; the device allows " + std::to_string(shared_per_block / 1024) + " KB";
     if (!gemv_rules_default) return "GEMV launch rules are set (the persistent kernel runs the default shape)";
     return "";
 }

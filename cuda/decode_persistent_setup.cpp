@@ -42,7 +42,7 @@ std::string CudaBackend::setup_persistent_decode(const BackendOptions& options) 
         rules.rows_per_warp == 0 && rules.threads == 0 && rules.split_warps_per_sm == 0 && rules.stage_x == 1;
     const std::string why =
         persistent_decode_unsupported(dtype, weights_.token_embd.dtype, weights_.output.dtype, layout_, c.n_embd,
-                                      c.n_heads * c.head_dim, c.n_ff, default_rules);
+                                      c.n_heads * c.head_dim, c.n_ff, default_rules, prop_.sharedMemPerBlockOptin);
     if (!why.empty()) refuse(why);
     if (!aligned16(weights_.token_embd.data) || !aligned16(weights_.output.data))
         refuse("the embedding table or the output head is not 16-byte aligned");
@@ -50,8 +50,8 @@ std::string CudaBackend::setup_persistent_decode(const BackendOptions& options) 
     auto* device_layers = arena_.alloc<PersistentLayerWeights>(layers.size(), "the persistent kernel's layer table");
     CUDA_CHECK(cudaMemcpy(device_layers, layers.data(), layers.size() * sizeof(PersistentLayerWeights),
                           cudaMemcpyHostToDevice));
-    auto* barrier = arena_.alloc<uint32_t>(2, "the persistent kernel's grid barrier");
-    CUDA_CHECK(cudaMemset(barrier, 0, 2 * sizeof(uint32_t)));
+    auto* barrier = arena_.alloc<uint64_t>(1, "the persistent kernel's grid barrier");
+    CUDA_CHECK(cudaMemset(barrier, 0, sizeof(uint64_t)));
     PersistentDecodeArgs& a = persistent_;
     a.layers = device_layers, a.n_layers = c.n_layers, a.token_embd = weights_.token_embd.data;
     a.output_norm = static_cast<const float*>(weights_.output_norm.data), a.output = weights_.output.data;

@@ -593,14 +593,20 @@ TEST_CASE("cuda backend: the persistent decode kernel gives the bits of a launch
     struct Setup {
         DType weights, kv;
         int32_t split_keys, fill;  // attention's rules: 128 / 8 splits the 200-key context
+        int32_t n_ff;              // 0: the small config's
         const char* what;
     };
-    const Setup kSetups[] = {{DType::bf16, DType::bf16, 0, 0, "bf16 weights, bf16 pool"},
-                             {DType::f16, DType::f16, 128, 8, "f16 weights, f16 pool, split attention"},
-                             {DType::bf16, DType::f16, 128, 8, "bf16 weights, f16 pool, split attention"}};
+    // 12,288 > kMaxSharedIn: the per-stage down GEMV reads its input from global memory, the persistent
+    // kernel stages it in shared memory (as it would Llama-3-8B's 14,336).
+    const Setup kSetups[] = {{DType::bf16, DType::bf16, 0, 0, 0, "bf16 weights, bf16 pool"},
+                             {DType::f16, DType::f16, 128, 8, 0, "f16 weights, f16 pool, split attention"},
+                             {DType::bf16, DType::f16, 128, 8, 0, "bf16 weights, f16 pool, split attention"},
+                             {DType::bf16, DType::bf16, 0, 0, 12288, "bf16, an FFN input past kMaxSharedIn"}};
     for (const Setup& setup : kSetups) {
         CAPTURE(setup.what);
-        auto m = make_random_model(small_random_config(), setup.weights, 41);
+        ModelConfig config = small_random_config();
+        if (setup.n_ff > 0) config.n_ff = setup.n_ff;
+        auto m = make_random_model(config, setup.weights, 41);
         const int32_t n_vocab = m->config.n_vocab;
         const auto tokens = random_tokens(kPrompt + kSteps, n_vocab, 9);
         BackendOptions options;
@@ -648,6 +654,14 @@ TEST_CASE("cuda backend: the persistent decode kernel gives the bits of a launch
     options.kv_dtype = DType::bf16, options.cuda_persistent_blocks_per_sm = 33;
     CHECK_THROWS_WITH_AS(make_cuda_backend(bf16_model->config, bf16_model->weights, options),
                          doctest::Contains("33 blocks per multiprocessor is outside 1..32"), Error);
+    ModelConfig wide = small_random_config();
+    wide.n_ff = 64 * 1024;  // 256 KB of f32 input: past every device's per-block shared memory
+    auto wide_model = make_random_model(wide, DType::bf16, 44);
+    options.cuda_persistent_blocks_per_sm = 1;
+    CHECK_THROWS_WITH_AS(make_cuda_backend(wide_model->config, wide_model->weights, options),
+                         doctest::Contains("its largest input (65536 values) needs 270 KB of shared memory a block; "
+                                           "the device allows "),
+                         Error);
 }
 
 TEST_CASE("cuda backend: KV blocks round trip and move between backends") {
