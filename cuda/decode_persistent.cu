@@ -40,28 +40,71 @@ constexpr size_t kStaticSharedBytes = sizeof(float) * (kMaxWarps + AttnSharedSiz
                                                        AttnSharedSizes<kMaxGroupHeads>::kP + 3 * kMaxGroupHeads) +
                                       sizeof(int64_t) * kAttnTile;
 
-// One GEMV stage over the whole grid: each block stages x_hat (p.x normalised when p.norm_weight is set) in
-// shared memory, then warp w of the grid takes row groups w, w + warps, ... of R rows, as gemv_kernel's warps
-// take theirs (unsplit). Every thread of every block must call it.
+// The first load step of a warp's first row group in a GEMV stage: weights never change, so a warp issues
+// these loads before the grid barrier that makes the stage's input ready, and their round trip to L2/DRAM
+// runs while it waits (on SmolLM2 most warps have one row group a stage, whose whole rows are one step).
+template <int R, bool kSwiglu>
+struct FirstStep {
+    static constexpr int NR = R * (kSwiglu ? 2 : 1);
+    static constexpr int U = 8 / NR;
+    uint4 wv[U][NR];
+};
+
+template <int U, int NR>
+__device__ __forceinline__ void zero_step(uint4 (&wv)[U][NR]) {
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int k = 0; k < NR; k++) wv[u][k] = make_uint4(0, 0, 0, 0);
+}
+
+__device__ __forceinline__ int64_t first_row_group() {
+    return int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+}
+
+// Loads the calling warp's FirstStep of the stage p (zeros when it has no row group, or on the scalar path,
+// which loads as it goes). Every lane of the warp calls it.
+template <typename T, int R, bool kSwiglu>
+__device__ __forceinline__ void load_first_step(const GemvParams& p, FirstStep<R, kSwiglu>& first) {
+    constexpr int V = 16 / int(sizeof(T));
+    const int64_t g = first_row_group();
+    if (!p.vec || g >= (int64_t(p.n_rows) + R - 1) / R) {
+        zero_step(first.wv);
+        return;
+    }
+    const T* rows[FirstStep<R, kSwiglu>::NR];
+    row_pointers<T, R, kSwiglu, 1>(p, g * R, rows);
+    load_step(first.wv, rows, 0, p.n_in / V, int(threadIdx.x) % 32, 32);
+}
+
 // The rows of a GEMV stage over x_hat staged in x_shared (scale: its rms, when p.norm_weight is set): warp w
 // of the grid takes row groups w, w + warps, ... of R rows, as gemv_kernel's warps take theirs (unsplit).
+// step holds the first group's first load step (load_first_step); each group loads the next one's into it
+// before its epilogue, or zeros it (the last group, the scalar path), so that no value of step lives
+// through an epilogue (ptxas then keeps the kernel at 210 / 236 registers without spills).
 template <typename T, int R, bool kSwiglu>
-__device__ __forceinline__ void stage_rows(const GemvParams& p, const float* x_shared, const float (&scale)[1]) {
-    constexpr int NR = R * (kSwiglu ? 2 : 1);
-    constexpr int U = 8 / NR;
+__device__ __forceinline__ void stage_rows(const GemvParams& p, const float* x_shared, const float (&scale)[1],
+                                           FirstStep<R, kSwiglu>& step) {
+    constexpr int NR = FirstStep<R, kSwiglu>::NR;
+    constexpr int U = FirstStep<R, kSwiglu>::U;
     constexpr int V = 16 / int(sizeof(T));
     const int lane = int(threadIdx.x) % 32;
     const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
     const int64_t n_groups = (int64_t(p.n_rows) + R - 1) / R;
-    for (int64_t g = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; g < n_groups; g += warps) {
+    for (int64_t g = first_row_group(); g < n_groups; g += warps) {
         const int64_t first = g * R;
         const T* rows[NR];
         row_pointers<T, R, kSwiglu, 1>(p, first, rows);
-        uint4 wv[U][NR];
-        if (p.vec) load_step(wv, rows, 0, p.n_in / V, lane, 32);
         const EarlyReads<R> early = early_reads<R, kSwiglu, 1>(p, first, lane);
         float acc[1][NR];
-        accumulate_rows<T, U, NR, 1, true>(p, rows, wv, lane, 32, x_shared, scale, acc);
+        accumulate_rows<T, U, NR, 1, true>(p, rows, step.wv, lane, 32, x_shared, scale, acc);
+        if (p.vec && g + warps < n_groups) {
+            const T* next[NR];
+            row_pointers<T, R, kSwiglu, 1>(p, first + warps * R, next);
+            load_step(step.wv, next, 0, p.n_in / V, lane, 32);
+        } else {
+            zero_step(step.wv);
+        }
         finish_rows<R, kSwiglu>(p, first, acc, lane, early);
     }
 }
@@ -69,10 +112,11 @@ __device__ __forceinline__ void stage_rows(const GemvParams& p, const float* x_s
 // One GEMV stage over the whole grid: each block stages x_hat (p.x normalised when p.norm_weight is set) in
 // shared memory, then its warps take their rows. Every thread of every block must call it.
 template <typename T, int R, bool kSwiglu>
-__device__ __forceinline__ void gemv_stage(const GemvParams& p, float* x_shared, float* warp_sums) {
+__device__ __forceinline__ void gemv_stage(const GemvParams& p, float* x_shared, float* warp_sums,
+                                           FirstStep<R, kSwiglu>& step) {
     float scale[1];
     stage_input<true, 1>(p, x_shared, warp_sums, scale);
-    stage_rows<T, R, kSwiglu>(p, x_shared, scale);
+    stage_rows<T, R, kSwiglu>(p, x_shared, scale, step);
 }
 
 // A stage whose weights take at most this many bytes is prefetched into L2 whole while the stage before it
@@ -120,8 +164,13 @@ __device__ __forceinline__ GemvParams stage_params(const float* x, int32_t n_in,
     return p;
 }
 
-template <typename T, typename KvT, int MaxHeads>
-__global__ void __launch_bounds__(kPersistentThreads)
+// MinBlocks: 0 (no minimum) lets ptxas take the registers it wants (210 one head, 236 grouped: 2 blocks per
+// SM; a minimum of 1 or 2 makes it take 234-239); the kDenseBlocks build caps them at 168 so that 3 blocks
+// fit (12 bytes of spills one head, ~1.9 KB grouped), for the sweep to say whether 12 warps per SM beat 8.
+constexpr int kDenseBlocks = 3;
+
+template <typename T, typename KvT, int MaxHeads, int MinBlocks>
+__global__ void __launch_bounds__(kPersistentThreads, MinBlocks)
     decode_persistent_kernel(const PersistentDecodeArgs a, const AttnGeometry geo) {
     extern __shared__ float4 x_shared4[];  // [max n_in]
     float* x_shared = reinterpret_cast<float*>(x_shared4);
@@ -182,13 +231,17 @@ __global__ void __launch_bounds__(kPersistentThreads)
     GemvParams head_params = stage_params(nullptr, dim, nullptr, 0.0f, false, a.vec_dim);  // x_hat staged below
     head_params.weight[0] = a.output, head_params.out[0] = a.logits, head_params.row_end[0] = a.n_vocab;
     head_params.out_stride[0] = a.n_vocab, head_params.n_rows = a.n_vocab;
+    // Before each barrier: the L2 prefetch one GEMV stage further on, then the next GEMV stage's first weight
+    // loads (load_first_step), so that those are the only values a warp holds while it waits.
     prefetch_stage<T, 2, false>(qkv_params(0));
     for (int32_t layer = 0; layer < a.n_layers; layer++) {
-        grid_barrier(barrier);  // x is complete
         prefetch_stage<T, 1, false>(o_params(layer));
-        gemv_stage<T, 2, false>(qkv_params(layer), x_shared, warp_sums);
-        grid_barrier(barrier);
+        FirstStep<2, false> qkv_first;
+        load_first_step<T>(qkv_params(layer), qkv_first);
+        grid_barrier(barrier);  // x is complete
+        gemv_stage<T, 2, false>(qkv_params(layer), x_shared, warp_sums, qkv_first);
         prefetch_stage<T, 1, true>(ffn_params(layer));
+        grid_barrier(barrier);
         for (int32_t b = int32_t(blockIdx.x); b < n_attn_blocks; b += int32_t(gridDim.x))
             attention_block<KvT, true, MaxHeads>(attn_shared, b % a.n_splits, b / a.n_splits, 0, a.n_splits, a.att,
                                                  a.partials, a.q, static_cast<const KvT*>(a.kv), a.layout, layer,
@@ -198,50 +251,77 @@ __global__ void __launch_bounds__(kPersistentThreads)
             for (int32_t h = int32_t(blockIdx.x); h < a.n_heads; h += int32_t(gridDim.x))
                 combine_head(a.att, a.partials, a.n_heads, head_dim, a.n_splits, h, 0);
         }
-        grid_barrier(barrier);
         prefetch_stage<T, 1, false>(down_params(layer));
-        gemv_stage<T, 1, false>(o_params(layer), x_shared, warp_sums);
+        FirstStep<1, false> o_first;
+        load_first_step<T>(o_params(layer), o_first);
         grid_barrier(barrier);
+        gemv_stage<T, 1, false>(o_params(layer), x_shared, warp_sums, o_first);
         if (layer + 1 < a.n_layers) prefetch_stage<T, 2, false>(qkv_params(layer + 1));
-        gemv_stage<T, 1, true>(ffn_params(layer), x_shared, warp_sums);
+        FirstStep<1, true> ffn_first;
+        load_first_step<T>(ffn_params(layer), ffn_first);
         grid_barrier(barrier);
+        gemv_stage<T, 1, true>(ffn_params(layer), x_shared, warp_sums, ffn_first);
         if (layer + 1 == a.n_layers) prefetch_stage<T, 1, false>(head_params);
-        gemv_stage<T, 1, false>(down_params(layer), x_shared, warp_sums);
+        FirstStep<1, false> down_first;
+        load_first_step<T>(down_params(layer), down_first);
+        grid_barrier(barrier);
+        gemv_stage<T, 1, false>(down_params(layer), x_shared, warp_sums, down_first);
     }
+    FirstStep<1, false> head_first;
+    load_first_step<T>(head_params, head_first);
     grid_barrier(barrier);
     {  // the head: rmsnorm_kernel's arithmetic (scalar sum of squares over 256 virtual threads), then its GEMV
         const float scale[1] = {block_rms_scale(a.x, dim, a.norm_eps, false, warp_sums)};
         for (int32_t i = int32_t(threadIdx.x); i < dim; i += int32_t(blockDim.x))
             x_shared[i] = a.output_norm[i] * (a.x[i] * scale[0]);
         __syncthreads();
-        stage_rows<T, 1, false>(head_params, x_shared, scale);
+        stage_rows<T, 1, false>(head_params, x_shared, scale, head_first);
     }
     allow_next_kernel();  // the head's kernels may be launched; they wait for this grid to finish
 }
 
-template <typename T, typename KvT>
-void launch_typed(const PersistentDecodeArgs& a, const AttnPlan& plan, unsigned blocks, size_t smem,
-                  cudaStream_t stream) {
+template <typename T, typename KvT, int MinBlocks>
+void launch_variant(const PersistentDecodeArgs& a, const AttnPlan& plan, unsigned blocks, size_t smem,
+                    cudaStream_t stream) {
     if (plan.geo.heads_per_block == 1)
-        launch_cooperative_kernel("decode_persistent_kernel", decode_persistent_kernel<T, KvT, 1>, blocks,
+        launch_cooperative_kernel("decode_persistent_kernel", decode_persistent_kernel<T, KvT, 1, MinBlocks>, blocks,
                                   kPersistentThreads, smem, stream, a, plan.geo);
     else
-        launch_cooperative_kernel("decode_persistent_kernel", decode_persistent_kernel<T, KvT, kMaxGroupHeads>, blocks,
+        launch_cooperative_kernel("decode_persistent_kernel",
+                                  decode_persistent_kernel<T, KvT, kMaxGroupHeads, MinBlocks>, blocks,
                                   kPersistentThreads, smem, stream, a, plan.geo);
 }
 
-// Lets both of the pair's kernels take smem bytes of dynamic shared memory; returns the fewer blocks per
-// multiprocessor of the two.
+// The dense build runs grids of more than 2 blocks per SM (persistent_decode_blocks sizes them so).
 template <typename T, typename KvT>
-int configure(size_t smem) {
-    int fewest = 1 << 30;
-    for (auto kernel : {decode_persistent_kernel<T, KvT, 1>, decode_persistent_kernel<T, KvT, kMaxGroupHeads>}) {
-        int blocks = 0;
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kPersistentThreads, smem));
-        fewest = std::min(fewest, blocks);
-    }
-    return fewest;
+void launch_typed(const PersistentDecodeArgs& a, const AttnPlan& plan, unsigned blocks, unsigned n_sms, size_t smem,
+                  cudaStream_t stream) {
+    if (blocks > 2 * n_sms)
+        launch_variant<T, KvT, kDenseBlocks>(a, plan, blocks, smem, stream);
+    else
+        launch_variant<T, KvT, 0>(a, plan, blocks, smem, stream);
+}
+
+// Lets the kernels of both builds take smem bytes of dynamic shared memory; returns the blocks per
+// multiprocessor a grid may have for blocks_per_sm asked: the dense build's when more than 2 are asked and
+// it fits more than 2, else the default build's (the fewer of its one-head and grouped kernels').
+template <typename T, typename KvT>
+int configure(size_t smem, int32_t blocks_per_sm) {
+    const auto fewest = [&](auto one_head, auto grouped) {
+        int fewest_blocks = 1 << 30;
+        for (auto kernel : {one_head, grouped}) {
+            int blocks = 0;
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kPersistentThreads, smem));
+            fewest_blocks = std::min(fewest_blocks, blocks);
+        }
+        return fewest_blocks;
+    };
+    const int dense = fewest(decode_persistent_kernel<T, KvT, 1, kDenseBlocks>,
+                             decode_persistent_kernel<T, KvT, kMaxGroupHeads, kDenseBlocks>);
+    const int plain =
+        fewest(decode_persistent_kernel<T, KvT, 1, 0>, decode_persistent_kernel<T, KvT, kMaxGroupHeads, 0>);
+    return std::min(blocks_per_sm, blocks_per_sm > 2 && dense > 2 ? dense : plain);
 }
 
 size_t shared_bytes(const PersistentDecodeArgs& a) {
@@ -272,13 +352,15 @@ std::string persistent_decode_unsupported(DType weights, DType embedding, DType 
 int32_t persistent_decode_blocks(const PersistentDecodeArgs& a, DType weights, int32_t n_sms, int32_t blocks_per_sm) {
     const size_t smem = shared_bytes(a);
     const bool bf16_kv = a.layout.dtype == DType::bf16;
-    int occupancy = 0;
+    int per_sm = 0;
     if (weights == DType::bf16)
-        occupancy = bf16_kv ? configure<__nv_bfloat16, __nv_bfloat16>(smem) : configure<__nv_bfloat16, __half>(smem);
+        per_sm = bf16_kv ? configure<__nv_bfloat16, __nv_bfloat16>(smem, blocks_per_sm)
+                         : configure<__nv_bfloat16, __half>(smem, blocks_per_sm);
     else
-        occupancy = bf16_kv ? configure<__half, __nv_bfloat16>(smem) : configure<__half, __half>(smem);
-    if (occupancy < 1) cuda_throw("persistent decode: the kernel does not fit a multiprocessor");
-    return n_sms * std::min(occupancy, blocks_per_sm);
+        per_sm = bf16_kv ? configure<__half, __nv_bfloat16>(smem, blocks_per_sm)
+                         : configure<__half, __half>(smem, blocks_per_sm);
+    if (per_sm < 1) cuda_throw("persistent decode: the kernel does not fit a multiprocessor");
+    return n_sms * per_sm;
 }
 
 void launch_decode_persistent(PersistentDecodeArgs a, DType weights, int32_t blocks, int32_t n_sms,
@@ -303,15 +385,16 @@ void launch_decode_persistent(PersistentDecodeArgs a, DType weights, int32_t blo
     if (weights == DType::bf16) {
         if (bf16_kv)
             launch_typed<__nv_bfloat16, __nv_bfloat16>(a, plan_for(static_cast<const __nv_bfloat16*>(a.kv)), blocks,
-                                                       smem, stream);
+                                                       n_sms, smem, stream);
         else
-            launch_typed<__nv_bfloat16, __half>(a, plan_for(static_cast<const __half*>(a.kv)), blocks, smem, stream);
+            launch_typed<__nv_bfloat16, __half>(a, plan_for(static_cast<const __half*>(a.kv)), blocks, n_sms, smem,
+                                                stream);
     } else if (weights == DType::f16) {
         if (bf16_kv)
-            launch_typed<__half, __nv_bfloat16>(a, plan_for(static_cast<const __nv_bfloat16*>(a.kv)), blocks, smem,
-                                                stream);
+            launch_typed<__half, __nv_bfloat16>(a, plan_for(static_cast<const __nv_bfloat16*>(a.kv)), blocks, n_sms,
+                                                smem, stream);
         else
-            launch_typed<__half, __half>(a, plan_for(static_cast<const __half*>(a.kv)), blocks, smem, stream);
+            launch_typed<__half, __half>(a, plan_for(static_cast<const __half*>(a.kv)), blocks, n_sms, smem, stream);
     } else {
         cuda_throw("launch_decode_persistent: weights must be f16 or bf16");
     }

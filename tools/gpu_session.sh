@@ -451,7 +451,7 @@ stage_tune() {
         echo "| --- | ---: | --- |"
         for m in "${ms[@]}"; do
             case $m in *q4_0*) continue ;; esac
-            for per_sm in ${KVLM_GPU_TUNE_PERSISTENT:-0 1 2}; do
+            for per_sm in ${KVLM_GPU_TUNE_PERSISTENT:-0 1 2 3}; do
                 case $m in *llama-3-8b*) tests="-p 0 -n 128 -r 3" tune_row "$per_sm" KVLM_CUDA_PERSISTENT="$per_sm" ;;
                 *) tune_row "$per_sm" KVLM_CUDA_PERSISTENT="$per_sm" ;;
                 esac

@@ -17,6 +17,7 @@
 #include "format/model_file.h"
 #include "kv/kv_pool.h"
 #include "session/session_store.h"
+#include "support/cuda_emu.h"
 #include "support/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -307,6 +308,19 @@ TEST_CASE("cuda cli: KVLM_CUDA_PERSISTENT decodes as a launch per stage does, an
                       persistent.err);
         CHECK(persistent.out == stages.out);
         CHECK(persistent.out.size() > 40);
+    }
+    {  // 3 blocks per SM: the build whose registers fit 3 (on the emulator over 8 SMs: 24 blocks, whose fiber
+       // stacks fit; a real device ignores KVLM_CUDA_EMU_SMS)
+        const std::string command =
+            "KVLM_CUDA_EMU_SMS=8 " + kvlm_command({"run", "-m", bf16, "-p", "Once upon a time", "-n", "48", "--temp",
+                                                   "0", "--device", "cuda", "-v"});
+        CliResult stages = run_shell(command), dense = run_shell("KVLM_CUDA_PERSISTENT=3 " + command);
+        REQUIRE_MESSAGE(stages.exit_code == 0, stages.err);
+        REQUIRE_MESSAGE(dense.exit_code == 0, dense.err);
+        if (cuda_emulated())
+            CHECK_MESSAGE(dense.err.find("decode steps in one persistent kernel (24 blocks)") != std::string::npos,
+                          dense.err);
+        CHECK(dense.out == stages.out);
     }
     CliResult f32 = run_shell("KVLM_CUDA_PERSISTENT=1 " + kvlm_command({"run", "-m", stories_model(), "-p", "Once",
                                                                         "-n", "4", "--device", "cuda"}));

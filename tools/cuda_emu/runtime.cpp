@@ -12,6 +12,8 @@
 //   CUDA graph); calls CUDA forbids while a thread captures (synchronisation, cudaMalloc, cudaFree,
 //   synchronous copies) fail with cudaErrorStreamCaptureUnsupported and invalidate the capture.
 // - Device memory is limited to KVLM_CUDA_EMU_MEM_GIB (default 4) GiB, so out-of-memory paths run.
+// - The device reports KVLM_CUDA_EMU_SMS (default 132, an H100's) multiprocessors: a cooperative grid of several
+//   blocks per SM over 132 would map more fiber stacks than vm.max_map_count allows.
 // The legacy default stream and blocking streams are ordered with each other by running the other side's
 // queued work before queueing new work; non-blocking streams are independent of the legacy stream.
 #include <cuda_runtime.h>
@@ -84,6 +86,7 @@ struct Runtime {
     std::map<const char*, Allocation> allocations;  // by base
     size_t device_bytes = 0;                       // in device allocations (data pages)
     size_t total_bytes = size_t(4) << 30;
+    int n_sms = 132;
     int open_depth = 0;  // > 0 while stream work or a copy runs: device memory readable and writable
     CUstream_st legacy;  // the legacy default stream (stream 0)
     std::set<CUstream_st*> streams;  // live streams, the legacy one included
@@ -95,6 +98,10 @@ struct Runtime {
             const double value = std::atof(gib);
             if (!(value >= 0.001 && value <= 1024)) die("KVLM_CUDA_EMU_MEM_GIB=%s: expected 0.001..1024", gib);
             total_bytes = size_t(value * double(size_t(1) << 30));
+        }
+        if (const char* sms = std::getenv("KVLM_CUDA_EMU_SMS")) {
+            n_sms = std::atoi(sms);
+            if (n_sms < 1 || n_sms > 132) die("KVLM_CUDA_EMU_SMS=%s: expected 1..132", sms);
         }
     }
 };
@@ -322,7 +329,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     prop->totalGlobalMem = rt().total_bytes;
     prop->sharedMemPerBlock = size_t(kvlm_emu::default_smem_per_block());
     prop->sharedMemPerBlockOptin = size_t(kvlm_emu::smem_optin());
-    prop->warpSize = 32, prop->maxThreadsPerBlock = 1024, prop->multiProcessorCount = 132;
+    prop->warpSize = 32, prop->maxThreadsPerBlock = 1024, prop->multiProcessorCount = rt().n_sms;
     prop->major = 9, prop->minor = 0, prop->memoryBusWidth = 5120, prop->l2CacheSize = 50 << 20;
     return cudaSuccess;
 }
@@ -338,7 +345,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
         case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
         case cudaDevAttrMaxSharedMemoryPerBlock: *value = kvlm_emu::default_smem_per_block(); break;
         case cudaDevAttrWarpSize: *value = 32; break;
-        case cudaDevAttrMultiProcessorCount: *value = 132; break;
+        case cudaDevAttrMultiProcessorCount:
+            *value = rt().n_sms;
+            break;
         case cudaDevAttrMemoryClockRate: *value = 2619000; break;  // kHz, as an H100 SXM reports
         case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; break;
         case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
