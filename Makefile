@@ -25,18 +25,24 @@ LDLIBS   := -lfmt -lpcre2-8 -lxxhash -ledit -pthread
 
 # src/ is in folders by pipeline stage, some with a subfolder (docs/ARCHITECTURE.md); tests/ mirrors them.
 SRC_CPP  := $(wildcard src/*/*.cpp src/*/*/*.cpp)
-CUDA_SRC := $(wildcard cuda/*.cu)
-CUDA_HOST_SRC := $(wildcard cuda/*.cpp)
+# cuda/ is in rooms (docs/CUDA.md): runtime/ (error checks, launch helpers, the cuBLAS loader), kernels/ (device
+# code and its launchers), backend/ (the host side of the CUDA backend), testing/ (the test API: only the test
+# binaries link it).
+CUDA_SRC := $(wildcard cuda/kernels/*.cu)
+CUDA_HOST_SRC := $(wildcard cuda/runtime/*.cpp cuda/backend/*.cpp)
+CUDA_TEST_SRC := $(wildcard cuda/testing/*.cpp)
 TEST_CPP := $(filter-out tests/fuzz/%,$(wildcard tests/*/*.cpp))
 
 ifeq ($(CUDA),1)
   CPPFLAGS += -DKVLM_CUDA=1
-  NVCCFLAGS ?= -O3 -std=c++17 $(CUARCH) -Isrc -MMD -MP -Xcompiler -Wall,-Wno-unused-parameter
+  NVCCFLAGS ?= -O3 -std=c++17 $(CUARCH) -Isrc -Icuda -MMD -MP -Xcompiler -Wall,-Wno-unused-parameter
   CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(CUDA_HOST_SRC:%.cpp=$(BUILD)/%.o)
+  CUDA_TEST_OBJ := $(CUDA_TEST_SRC:%.cpp=$(BUILD)/%.o)
   # cudart is static; cuBLAS is dlopen'ed at run time (cuda/cublas_loader.cpp), hence -ldl and no -lcublas.
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 else
   CUDA_OBJ :=
+  CUDA_TEST_OBJ :=
 endif
 
 LIB_OBJ  := $(SRC_CPP:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
@@ -53,7 +59,7 @@ check-layers:
 $(BIN): $(BUILD)/main.o $(LIB_OBJ)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TEST_BIN): $(TEST_OBJ) $(LIB_OBJ)
+$(TEST_BIN): $(TEST_OBJ) $(CUDA_TEST_OBJ) $(LIB_OBJ)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 # Test code is compiled at -O1 (the last -O wins): the code under test keeps its flags, and the test files
 # (doctest cases, reference implementations) build in about half the time.
@@ -75,7 +81,7 @@ $(BUILD)/src/compute/kernels_avx512.o: override CXXFLAGS += $(AVX512_FLAGS)
 # Host-side CUDA code (runtime API calls, no kernels) needs the toolkit's headers.
 $(BUILD)/cuda/%.o: cuda/%.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPPFLAGS) -I$(CUDA_HOME)/include $(CXXFLAGS) -c $< -o $@
+	$(CXX) $(CPPFLAGS) -Icuda -I$(CUDA_HOME)/include $(CXXFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -92,12 +98,13 @@ test: $(BIN) $(TEST_BIN)
 EMU_BUILD    := build/cuda-emu
 EMU_CPPFLAGS := -MMD -MP -DKVLM_CUDA=1 -DKVLM_CUDA_EMU=1 -Itools/cuda_emu/include -Icuda -Isrc -Itests -I.
 EMU_CXXFLAGS := -O2 -g1 -std=c++17 $(WARN) -Wno-unknown-pragmas -pthread
-EMU_CU       := $(wildcard cuda/*.cu)
-EMU_HOST     := $(filter-out cuda/cublas_loader.cpp,$(CUDA_HOST_SRC)) \
+EMU_CU       := $(CUDA_SRC)
+EMU_HOST     := $(filter-out cuda/runtime/cublas_loader.cpp,$(CUDA_HOST_SRC)) \
                 tools/cuda_emu/emu.cpp tools/cuda_emu/runtime.cpp tools/cuda_emu/cublas.cpp
 EMU_TESTS    := $(wildcard tests/cuda/*.cpp) tests/support/test_main.cpp tests/support/test_util.cpp \
-                tests/support/random_model.cpp tests/support/cuda_kernel_checks.cpp tools/cuda_emu/test_emu.cpp
-EMU_OBJ      := $(EMU_CU:cuda/%.cu=$(EMU_BUILD)/gen/%.o) $(EMU_HOST:%.cpp=$(EMU_BUILD)/%.o)
+                tests/support/random_model.cpp tests/support/cuda_kernel_checks.cpp tools/cuda_emu/test_emu.cpp \
+                $(CUDA_TEST_SRC)
+EMU_OBJ      := $(EMU_CU:cuda/kernels/%.cu=$(EMU_BUILD)/gen/%.o) $(EMU_HOST:%.cpp=$(EMU_BUILD)/%.o)
 # src/ and main.cpp as the release build compiles them (no CUDA headers there; cuda_stub.o, the only object
 # that depends on KVLM_CUDA, is left out), in an archive so only what is used is linked.
 EMU_SRC_LIB  := $(EMU_BUILD)/libkvlm_src.a
@@ -160,7 +167,7 @@ $(EMU_SRC_LIB): $(EMU_SRC_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 .PRECIOUS: $(EMU_BUILD)/gen/%.cpp
-$(EMU_BUILD)/gen/%.cpp: cuda/%.cu tools/cuda_emu/prep.py
+$(EMU_BUILD)/gen/%.cpp: cuda/kernels/%.cu tools/cuda_emu/prep.py
 	@mkdir -p $(dir $@)
 	python3 tools/cuda_emu/prep.py $< $@
 $(EMU_BUILD)/gen/%.o: $(EMU_BUILD)/gen/%.cpp
@@ -250,7 +257,7 @@ probe: $(BIN)
 
 format:
 	clang-format -i main.cpp $(SRC_CPP) $(wildcard src/*/*.h src/*/*/*.h) $(TEST_CPP) $(wildcard tests/*/*.h) \
-	    $(wildcard cuda/*.cu cuda/*.h cuda/*.cuh)
+	    $(wildcard cuda/*/*.cu cuda/*/*.cpp cuda/*/*.h cuda/*/*.cuh)
 
 clean:
 	rm -rf build $(BIN)

@@ -3,9 +3,13 @@
 
 src/ is split into folders by pipeline stage, ordered as layers (LAYERS, lowest first). A file may include
 headers of its own layer and of layers below it, never above: nothing in kv/ includes session/ or cli/.
-Every quoted include in src/ and main.cpp names its folder ("kv/kv_pool.h", resolved with -Isrc); cuda/ is
-the CUDA backend, a compute-layer folder of its own whose files include each other by bare name. src/
-includes no CUDA header, and no source file sits loose in src/.
+Every quoted include in src/ and main.cpp names its folder ("kv/kv_pool.h", resolved with -Isrc). cuda/ is
+the CUDA backend, a compute-layer folder of its own in rooms, also ordered lowest first (CUDA_ROOMS): runtime/
+(error checks, launch helpers, the cuBLAS loader) < kernels/ (device code and its launchers) < backend/ (the
+backend's host side) < testing/ (the test API, linked only into test binaries). A cuda/ file includes cuda/
+headers by room ("kernels/cuda_ops.h", resolved with -Icuda), of its own room or a lower one, and src/
+headers by folder, of compute/ or below. src/ includes no CUDA header, and no source file sits loose in src/
+or cuda/.
 
 usage: tools/check_layers.py [--root DIR]     (exit 1 naming every include that breaks the rule)
 """
@@ -17,6 +21,7 @@ import sys
 # Lowest first. Subfolders belong to their top folder's layer (import/tokenizer/ is import/).
 LAYERS = ["util", "format", "tokenizer", "constrain", "import", "kv", "compute", "engine", "session", "generate", "chat", "cli"]
 CUDA_LAYER = "compute"  # cuda/ implements the compute interface (compute/backend.h)
+CUDA_ROOMS = ["runtime", "kernels", "backend", "testing"]  # lowest first
 LOOSE_ALLOWED = set()   # files allowed directly in src/ (none today)
 SOURCE_SUFFIXES = (".h", ".cpp", ".cu", ".cuh")
 
@@ -83,16 +88,35 @@ def check(root):
 
     cuda = os.path.join(root, "cuda")
     if os.path.isdir(cuda):
-        for fname in sorted(os.listdir(cuda)):
-            path = os.path.join(cuda, fname)
-            if not fname.endswith(SOURCE_SUFFIXES):
-                continue
-            for n, kind, name in includes(path):
-                if kind == "<":
+        for dirpath, dirnames, filenames in os.walk(cuda):
+            dirnames.sort()
+            rel = os.path.relpath(dirpath, cuda)
+            for fname in sorted(filenames):
+                path = os.path.join(dirpath, fname)
+                if not fname.endswith(SOURCE_SUFFIXES):
                     continue
-                if "/" not in name and os.path.isfile(os.path.join(cuda, name)):
-                    continue  # a cuda/ header beside it
-                check_src_include(path, n, name, CUDA_LAYER, f"cuda/ (the {CUDA_LAYER} layer)")
+                room = rel.split(os.sep)[0]
+                if rel == "." or room not in CUDA_ROOMS:
+                    problems.append(f"{os.path.relpath(path, root)}: not in a room of cuda/: move it into "
+                                    f"{', '.join('cuda/' + r + '/' for r in CUDA_ROOMS)}")
+                    continue
+                for n, kind, name in includes(path):
+                    if kind == "<":
+                        continue
+                    first = name.split("/", 1)[0]
+                    if first in CUDA_ROOMS:
+                        if not os.path.isfile(os.path.join(cuda, name)):
+                            problems.append(f'{where(path, n)}: #include "{name}": no such file cuda/{name}')
+                        elif CUDA_ROOMS.index(first) > CUDA_ROOMS.index(room):
+                            problems.append(f'{where(path, n)}: #include "{name}" reaches up: cuda/{room}/ may '
+                                            f"include only "
+                                            f"{', '.join(r + '/' for r in CUDA_ROOMS[:CUDA_ROOMS.index(room) + 1])}")
+                        continue
+                    if "/" not in name and os.path.isfile(os.path.join(dirpath, name)):
+                        problems.append(f'{where(path, n)}: #include "{name}" does not name its room '
+                                        f'(#include "{room}/{name}")')
+                        continue
+                    check_src_include(path, n, name, CUDA_LAYER, f"cuda/ (the {CUDA_LAYER} layer)")
 
     main = os.path.join(root, "main.cpp")
     if os.path.isfile(main):
@@ -116,7 +140,7 @@ def main():
         print(f"check_layers: {len(problems)} include(s) break the direction rule (docs/ARCHITECTURE.md)",
               file=sys.stderr)
         return 1
-    print(f"check_layers: ok ({' < '.join(LAYERS)})", file=sys.stderr)
+    print(f"check_layers: ok ({' < '.join(LAYERS)}; cuda/: {' < '.join(CUDA_ROOMS)})", file=sys.stderr)
     return 0
 
 

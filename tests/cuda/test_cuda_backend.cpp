@@ -22,8 +22,8 @@
 #include "util/error.h"
 
 #ifdef KVLM_CUDA
-#include "cuda/cuda_backend.h"
-#include "cuda/cuda_test_api.h"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/testing/cuda_test_api.h"
 #endif
 
 using namespace kvlm;

@@ -18,7 +18,7 @@
 #include "support/test_util.h"
 
 #ifdef KVLM_CUDA
-#include "cuda/cuda_backend.h"
+#include "cuda/backend/cuda_backend.h"
 #endif
 
 using namespace kvlm;

@@ -20,7 +20,7 @@
 #include "support/random_model.h"
 
 #ifdef KVLM_CUDA
-#include "cuda/cuda_test_api.h"
+#include "cuda/testing/cuda_test_api.h"
 #endif
 
 using namespace kvlm;

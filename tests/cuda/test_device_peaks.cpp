@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #ifdef KVLM_CUDA
-#include "cuda/device_peaks.h"
+#include "cuda/backend/device_peaks.h"
 
 using namespace kvlm;
 

@@ -22,7 +22,7 @@
 #include "util/thread_pool.h"
 
 #ifdef KVLM_CUDA
-#include "cuda/cuda_test_api.h"
+#include "cuda/testing/cuda_test_api.h"
 #endif
 
 using namespace kvlm;

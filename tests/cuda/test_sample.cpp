@@ -19,7 +19,7 @@
 #include "util/error.h"
 
 #ifdef KVLM_CUDA
-#include "cuda/cuda_test_api.h"
+#include "cuda/testing/cuda_test_api.h"
 #endif
 
 using namespace kvlm;

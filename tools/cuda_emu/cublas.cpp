@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cublas_loader.h"
+#include "cuda/runtime/cublas_loader.h"
 #include "emu_internal.h"
 #include "format/dtype.h"
 #include "util/error.h"

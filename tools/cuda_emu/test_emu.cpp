@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cublas_loader.h"
-#include "cuda/grid_barrier.cuh"
+#include "cuda/runtime/cublas_loader.h"
+#include "cuda/kernels/grid_barrier.cuh"
 #include "format/dtype.h"
 
 namespace {
