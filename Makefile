@@ -65,8 +65,9 @@ $(TEST_BIN): $(TEST_OBJ) $(CUDA_TEST_OBJ) $(LIB_OBJ)
 # (doctest cases, reference implementations) build in about half the time.
 TEST_OPT ?= -O1
 $(TEST_OBJ): override CXXFLAGS += $(TEST_OPT)
-# Tests include their helpers as "support/..." and the CUDA test API as "cuda/...".
-$(TEST_OBJ): CPPFLAGS += -Itests -I.
+# Tests include their helpers as "support/..." and the CUDA headers as "cuda/ROOM/..." (which include each
+# other by room: -Icuda).
+$(TEST_OBJ): CPPFLAGS += -Itests -I. -Icuda
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)

@@ -13,7 +13,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
     if (config_.head_dim > kCudaMaxHeadDim)
         throw_error("cuda backend: head_dim {} is above the {} the attention kernel supports (use --device cpu)",
                     config_.head_dim, kCudaMaxHeadDim);
-    set_programmatic_launches(options.cuda_programmatic_launches);  // process-wide: the launchers take no backend
+    const CudaSettings settings = options.cuda ? *options.cuda : CudaSettings::from_environment();
+    set_programmatic_launches(settings.programmatic_launches);  // process-wide: the launchers take no backend
     stream_ = std::make_unique<Stream>();
     cublas_ = std::make_unique<CublasHandle>();  // loads cuBLAS; throws naming the library when missing
     n_kv_blocks_ = kv_block_count(config_, options);
@@ -23,7 +24,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
 
     upload_weights(weights, show_progress);
     allocate_scratch();
-    const std::string launch_rules = set_launch_rules(options);
+    set_launch_rules(settings);
     // --kv-mem N%: the pool takes that share of what the weights and scratch left free.
     size_t free_bytes = 0, total_bytes = 0;
     if (options.kv_mem_fraction > 0) CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -32,60 +33,49 @@ CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights,
     allocate_kv_pool();
     fused_decode_ = std::all_of(weights_.layers.begin(), weights_.layers.end(),
                                 [](const LayerWeights& lw) { return lw.ffn_gate.dtype == lw.ffn_up.dtype; });
-    if (options.cuda_profile && fused_decode_) profile_ = std::make_unique<DecodeProfile>(stream());
-    transfer_stats_ = options.cuda_transfer_stats;
-    steps_ahead_ = options.cuda_steps_ahead;
-    use_graphs_ = options.cuda_graphs && fused_decode_ && !profile_;
-    const std::string persistent = setup_persistent_decode(options);
+    if (settings.profile && fused_decode_) profile_ = std::make_unique<DecodeProfile>(stream());
+    transfer_stats_ = settings.transfer_stats;
+    steps_ahead_ = settings.steps_ahead;
+    use_graphs_ = settings.graphs && fused_decode_ && !profile_;
+    const std::string persistent = setup_persistent_decode(settings);
     name_ = fmt::format("cuda ({}, {} SMs, {:.0f} GiB{}{}{}{})", prop_.name, prop_.multiProcessorCount,
                         double(prop_.totalGlobalMem) / kGiB,
                         use_graphs_     ? ", decode in CUDA graphs"
                         : profile_      ? ", decode profiled: CUDA graphs off"
                         : fused_decode_ ? ", CUDA graphs off"
                                         : "",
-                        programmatic_launches_on_device() ? ", programmatic launches" : "", launch_rules, persistent);
+                        programmatic_launches_on_device() ? ", programmatic launches" : "",
+                        settings.launch_rules_text(), persistent);
 }
 
-// BackendOptions::cuda_attn_* and cuda_gemv_*: attention's launch rules and the GEMVs' launch shape (the
-// latter process-wide, like programmatic launches) other than the defaults, a tuning sweep's; returns them
-// for the device line ("" when all are the defaults). Before any launch.
-std::string CudaBackend::set_launch_rules(const BackendOptions& options) {
+// CudaSettings::attn_* and gemv: attention's launch rules and the GEMVs' launch shape (the latter process-wide,
+// like programmatic launches) other than the defaults, a tuning sweep's. Before any launch.
+void CudaBackend::set_launch_rules(const CudaSettings& settings) {
     try {
-        set_gemv_launch_rules(options.cuda_gemv);
+        set_gemv_launch_rules(settings.gemv);
     } catch (const Error& e) {
         throw_error("cuda backend: {} (KVLM_CUDA_GEMV_ROWS, _THREADS, _SPLIT, _STAGE)", e.what());
     }
-    std::string rules;
-    if (options.cuda_attn_split_keys != 0) {
-        if (options.cuda_attn_split_keys < 128 || options.cuda_attn_split_keys % 128 != 0)
+    if (settings.attn_split_keys != 0) {
+        if (settings.attn_split_keys < 128 || settings.attn_split_keys % 128 != 0)
             throw_error(
                 "cuda backend: attention split keys {} must be a positive multiple of 128 "
                 "(KVLM_CUDA_ATTN_SPLIT_KEYS)",
-                options.cuda_attn_split_keys);
-        attention_.min_split_keys = options.cuda_attn_split_keys;
-        rules += fmt::format(", attention split past {} keys", attention_.min_split_keys);
+                settings.attn_split_keys);
+        attention_.min_split_keys = settings.attn_split_keys;
     }
-    if (options.cuda_attn_fill_per_sm != 0) {
-        if (options.cuda_attn_fill_per_sm < 1 || options.cuda_attn_fill_per_sm > 64)
+    if (settings.attn_fill_per_sm != 0) {
+        if (settings.attn_fill_per_sm < 1 || settings.attn_fill_per_sm > 64)
             throw_error("cuda backend: attention blocks per multiprocessor {} must be 1 to 64 (KVLM_CUDA_ATTN_FILL)",
-                        options.cuda_attn_fill_per_sm);
-        attention_.fill_per_sm = options.cuda_attn_fill_per_sm;
-        rules += fmt::format(", attention fill {} per SM", attention_.fill_per_sm);
+                        settings.attn_fill_per_sm);
+        attention_.fill_per_sm = settings.attn_fill_per_sm;
     }
-    if (options.cuda_attn_one_head != -1) {
-        if (options.cuda_attn_one_head != 0 && options.cuda_attn_one_head != 1)
+    if (settings.attn_one_head != -1) {
+        if (settings.attn_one_head != 0 && settings.attn_one_head != 1)
             throw_error("cuda backend: attention one-head rule {} must be 0, 1 or auto (KVLM_CUDA_ATTN_ONE_HEAD)",
-                        options.cuda_attn_one_head);
-        attention_.one_head = options.cuda_attn_one_head;
-        rules += attention_.one_head ? ", attention a block per head" : ", attention a block per group";
+                        settings.attn_one_head);
+        attention_.one_head = settings.attn_one_head;
     }
-    const GemvLaunchRules& gemv = options.cuda_gemv;
-    if (gemv.rows_per_warp) rules += fmt::format(", GEMV {} rows per warp", gemv.rows_per_warp);
-    if (gemv.threads) rules += fmt::format(", GEMV blocks of {}", gemv.threads);
-    if (gemv.split_warps_per_sm)
-        rules += fmt::format(", GEMV rows split up to {} warps per SM", gemv.split_warps_per_sm);
-    if (!gemv.stage_x) rules += ", GEMV x from global memory";
-    return rules;
 }
 
 CudaBackend::~CudaBackend() {

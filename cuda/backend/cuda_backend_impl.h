@@ -14,20 +14,21 @@
 #include <map>
 #include <vector>
 
-#include "compute/cpu_ops.h"
-#include "runtime/cublas_loader.h"
 #include "backend/cuda_backend.h"
-#include "runtime/cuda_check.h"
-#include "kernels/cuda_ops.h"
+#include "backend/cuda_settings.h"
 #include "backend/decode_profile.h"
 #include "backend/decode_slots.h"
 #include "backend/device_peaks.h"
-#include "format/model_file.h"
 #include "backend/graph_cache.h"
 #include "backend/matmul.h"
+#include "backend/sample_host.h"
+#include "compute/cpu_ops.h"
+#include "format/model_file.h"
+#include "kernels/cuda_ops.h"
+#include "runtime/cublas_loader.h"
+#include "runtime/cuda_check.h"
 #include "runtime/pinned_buffer.h"
 #include "runtime/programmatic_launch.h"
-#include "backend/sample_host.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -199,7 +200,7 @@ private:
     static bool best_on_device(const SequenceInput& in);
     void run_rows_pass(const SequenceInput* inputs, const DecodeRow* rows, int32_t n);
     void copy_back_rows(const DecodeRow* rows, int32_t n);
-    std::string set_launch_rules(const BackendOptions& options);
+    void set_launch_rules(const CudaSettings& settings);
     void finish_sampled_rows(const DecodeRow* rows, int32_t n);
     void copy_best_rows(const DecodeRow* rows, int32_t w0, int32_t count);
     // Pass row w's allowed-token bitset (constrained output) queued for upload; its device address, or null
@@ -219,8 +220,8 @@ private:
     void run_decode(int32_t n_splits, int32_t pos, bool sample);
     void copy_logits_back(float* logits);
     void enqueue_decode(int32_t n_splits);
-    // decode_persistent_setup.cpp: KVLM_CUDA_PERSISTENT's kernel (BackendOptions::cuda_persistent_blocks_per_sm).
-    std::string setup_persistent_decode(const BackendOptions& options);
+    // decode_persistent_setup.cpp: KVLM_CUDA_PERSISTENT's kernel (CudaSettings::persistent_blocks_per_sm).
+    std::string setup_persistent_decode(const CudaSettings& settings);
     void enqueue_persistent_decode(int32_t n_splits);
 
     ModelConfig config_;

@@ -11,8 +11,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // Checks the model against the kernel's scope and uploads its per-layer pointers; returns the device line's
 // part ("" when off). Throws, naming why, when the option is set for a model or setting it cannot run.
-std::string CudaBackend::setup_persistent_decode(const BackendOptions& options) {
-    const int32_t per_sm = options.cuda_persistent_blocks_per_sm;
+std::string CudaBackend::setup_persistent_decode(const CudaSettings& settings) {
+    const int32_t per_sm = settings.persistent_blocks_per_sm;
     if (per_sm == 0) return "";
     const auto refuse = [](const std::string& why) {
         throw_error("cuda backend: the persistent decode kernel (KVLM_CUDA_PERSISTENT) cannot run here: {}", why);
@@ -37,7 +37,7 @@ std::string CudaBackend::setup_persistent_decode(const BackendOptions& options) 
                           lw.attn_output.data, lw.ffn_gate.data, lw.ffn_up.data, lw.ffn_down.data, f32(lw.attn_norm),
                           f32(lw.ffn_norm)});
     }
-    const GemvLaunchRules& rules = options.cuda_gemv;
+    const GemvLaunchRules& rules = settings.gemv;
     const bool default_rules =
         rules.rows_per_warp == 0 && rules.threads == 0 && rules.split_warps_per_sm == 0 && rules.stage_x == 1;
     const std::string why =

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <climits>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
+#include "runtime/cuda_check.h"
 #include "util/error.h"
 
 namespace kvlm {

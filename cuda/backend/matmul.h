@@ -5,8 +5,8 @@
 #pragma once
 #include <cstdint>
 
-#include "runtime/cublas_loader.h"
 #include "format/dtype.h"
+#include "runtime/cublas_loader.h"
 
 namespace kvlm {
 

@@ -6,9 +6,9 @@
 #include <climits>
 #include <cmath>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/programmatic_launch.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "compute/best_tokens.h"
 #include "compute/cpu_ops.h"
-#include "compute/gemv_launch_rules.h"
+#include "kernels/gemv_launch_rules.h"
 
 namespace kvlm {
 
@@ -250,7 +250,7 @@ void launch_gemv_swiglu(float* out,                // [n_ff]; must not alias x
                         const float* norm_weight,  // [n_in] or null
                         float norm_eps, cudaStream_t stream);
 
-// A tuning sweep's GEMV launch shape (BackendOptions::cuda_gemv; 0 keeps each rule): rows per warp (1, 2 or 4;
+// A tuning sweep's GEMV launch shape (CudaSettings::gemv; 0 keeps each rule): rows per warp (1, 2 or 4;
 // SwiGLU at most 2, RoPE pairs always 2), threads per block (128 or 256), the warps per SM up to which a
 // row's dot product is split across warps (0 to 64; 16-bit weights), x_hat staged in shared memory (1) or
 // read from global memory (0). Process-wide, like programmatic launches: every GEMV launch follows it, so a

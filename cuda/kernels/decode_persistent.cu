@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype_cuda.cuh"
 #include "kernels/gemv_rows.cuh"
@@ -25,6 +24,7 @@
 #include "kernels/grid_barrier.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/programmatic_launch.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

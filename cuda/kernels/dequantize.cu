@@ -3,9 +3,9 @@
 // convert_to_f32, then rounded to nearest even f16 (q8_0's d * q needs up to 19 significant bits: f16 keeps 11).
 #include <algorithm>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/quant_cuda.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

@@ -1,9 +1,9 @@
 // Element-wise kernels: SwiGLU (f32 out, or f16/bf16 for the next GEMM), residual add, bias add, and
 // f32 -> f16/bf16 conversion of GEMM inputs.
 // Grid-stride loops over flat indices; 64-bit indices throughout.
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype_cuda.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

@@ -1,10 +1,10 @@
 // Token embedding lookup: one thread block per token, threads striding over the row (coalesced). Quantized
 // tables (q8_0, q4_0, q4_1) are dequantized element by element as convert_to_f32 does (bit-identical).
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype_cuda.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_cuda.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

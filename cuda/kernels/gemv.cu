@@ -8,12 +8,12 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype_cuda.cuh"
 #include "kernels/gemv_rows.cuh"
 #include "kernels/gemv_shared.cuh"
 #include "kernels/programmatic_launch.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

@@ -13,12 +13,12 @@
 // (q8_0: 5 per 8 elements, q4_0: 3, q4_1: 2), not more traffic.
 #include <string>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype_cuda.cuh"
 #include "kernels/gemv_shared.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_cuda.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

@@ -2,9 +2,9 @@
 // one token and layer is n_kv_heads * head_dim contiguous elements of the block record (see KvLayout),
 // so the same bytes land where kv_write_cpu puts them (a q8_0 row: one thread per 32-element block, quantized
 // with the CPU's arithmetic).
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/kv_cache_cuda.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

@@ -31,11 +31,11 @@
 #include <string>
 #include <type_traits>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/kv_cache_cuda.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/programmatic_launch.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

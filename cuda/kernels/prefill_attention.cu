@@ -16,9 +16,9 @@
 #include <string>
 #include <type_traits>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/kv_cache_cuda.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "runtime/cuda_check.h"
 #include "format/dtype.h"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

@@ -1,10 +1,10 @@
 // RMSNorm: one thread block per row; sum of squares by warp shuffles then across warps in shared memory.
 // out may alias x: each thread reads x[i] before writing out[i] for the same i, after the reduction.
 // The output is f32, or (for the prefill GEMMs' input) f16/bf16 rounded to nearest even.
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype_cuda.cuh"
 #include "kernels/programmatic_launch.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

@@ -1,9 +1,9 @@
 // RoPE in the rotate_half layout: one thread block per token, one thread per (head, pair), the rotation of
 // rope_cuda.cuh; inv_freq (with any llama3 scaling) is precomputed on the host by rope_inv_freq and uploaded
 // once.
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/rope_cuda.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

@@ -6,11 +6,11 @@
 // (kv_write.cu), so the results equal launch_rope(q), launch_rope(k), launch_kv_write bit for bit. A q8_0
 // cache is the exception: a block's scale needs its 32 rotated values, so a k head's threads meet at one
 // barrier (the condition is uniform over the thread block) and then quantize one block each.
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/kv_cache_cuda.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/rope_cuda.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 

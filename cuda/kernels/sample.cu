@@ -16,9 +16,9 @@
 // An allowed set (constrained output: a bitset over the vocabulary) limits the pick as the CPU's
 // sample_allowed does: every logit is still checked and digested, the probability (-v) is still the whole
 // vocabulary's, but the argmax, top-k, the min-p floor and the softmax's sum take allowed tokens only.
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/programmatic_launch.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 namespace {

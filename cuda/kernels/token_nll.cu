@@ -5,9 +5,9 @@
 // a fixed tree order where the CPU sums in a loop, NaN when the row has a non-finite logit.
 #include <cmath>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/programmatic_launch.cuh"
+#include "runtime/cuda_check.h"
 
 namespace kvlm {
 namespace {

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/matmul.h"
 #include "compute/backend.h"
+#include "kernels/cuda_ops.h"
 #include "runtime/cublas_loader.h"
 #include "runtime/cuda_check.h"
-#include "kernels/cuda_ops.h"
-#include "backend/matmul.h"
 #include "util/error.h"
 
 namespace kvlm::cuda_test {

@@ -10,6 +10,7 @@
 
 #include "compute/backend.h"
 #include "compute/cpu_ops.h"
+#include "kernels/gemv_launch_rules.h"
 
 namespace kvlm::cuda_test {
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "runtime/cuda_check.h"
 #include "kernels/cuda_ops.h"
+#include "runtime/cuda_check.h"
 #include "testing/cuda_test_api.h"
 #include "testing/cuda_test_guard.h"
 #include "util/error.h"

@@ -4,11 +4,11 @@
 
 #include <vector>
 
-#include "runtime/cublas_loader.h"
+#include "backend/matmul.h"
 #include "kernels/cuda_ops.h"
+#include "runtime/cublas_loader.h"
 #include "testing/cuda_test_api.h"
 #include "testing/cuda_test_guard.h"
-#include "backend/matmul.h"
 
 namespace kvlm::cuda_test {
 

@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/sample_host.h"
 #include "kernels/cuda_ops.h"
 #include "testing/cuda_test_api.h"
 #include "testing/cuda_test_guard.h"
-#include "backend/sample_host.h"
 
 namespace kvlm::cuda_test {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "runtime/cuda_check.h"
-#include "testing/cuda_test_api.h"
 #include "runtime/programmatic_launch.h"
+#include "testing/cuda_test_api.h"
 #include "util/error.h"
 
 namespace kvlm::cuda_test {

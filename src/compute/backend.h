@@ -10,7 +10,6 @@
 #include <string>
 
 #include "compute/best_tokens.h"
-#include "compute/gemv_launch_rules.h"
 #include "format/dtype.h"
 #include "format/model_config.h"
 #include "kv/block_storage.h"
@@ -20,6 +19,7 @@
 namespace kvlm {
 
 class ModelFile;
+struct CudaSettings;
 
 struct BackendOptions {
     int32_t n_threads = 0;        // CPU threads (0 = all cores)
@@ -27,23 +27,9 @@ struct BackendOptions {
     bool kv_blocks_from_mem_size = false;  // n_kv_blocks came from --kv-mem SIZE (else from the context)
     int32_t block_size = 16;      // tokens per KV block
     DType kv_dtype = DType::f32;  // element type of the KV cache
-    bool cuda_graphs = true;      // CUDA: replay decode steps as CUDA graphs (KVLM_CUDA_GRAPHS=0 turns off)
-    bool cuda_profile = false;    // CUDA: time each stage of the decode steps, graphs off (KVLM_CUDA_PROFILE=1)
-    bool cuda_transfer_stats = false;  // CUDA: device-to-host bytes per decode step on stderr (KVLM_CUDA_TRANSFERS=1)
-    bool cuda_steps_ahead = true;  // CUDA: queue each decode step behind the one before (KVLM_CUDA_STEPS_AHEAD=0: not)
-    // CUDA: let each kernel start while the one before it finishes (Hopper+; KVLM_CUDA_PDL=0 turns off)
-    bool cuda_programmatic_launches = true;
-    // CUDA attention's launch rules, for a GPU session's sweep (AttentionScratch in cuda/cuda_ops.h; 0 / -1:
-    // the defaults): split contexts longer than this many keys (a multiple of 128), into splits enough for
-    // this many blocks per multiprocessor; a block per query head: 1 always, 0 never, -1 on a small grid.
-    int32_t cuda_attn_split_keys = 0;
-    int32_t cuda_attn_fill_per_sm = 0;
-    int32_t cuda_attn_one_head = -1;
-    // CUDA GEMV launch shape, for the same sweep (GemvLaunchRules; the defaults: the rules).
-    GemvLaunchRules cuda_gemv;
-    // CUDA: > 0 runs each decode step's layers as one persistent kernel with up to this many blocks per
-    // multiprocessor (cuda/decode_persistent.cu; KVLM_CUDA_PERSISTENT=N), for the same sweep; 0: a launch per stage.
-    int32_t cuda_persistent_blocks_per_sm = 0;
+    // The CUDA backend's own switches and launch rules (cuda/backend/cuda_settings.h); null: the CUDA backend
+    // reads them from the KVLM_CUDA_* environment variables. Nothing outside cuda/ looks inside.
+    std::shared_ptr<const CudaSettings> cuda;
     // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
     // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
     double kv_mem_fraction = 0;

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <future>
 #include <memory>
 
@@ -129,44 +128,6 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
     backend_options.n_threads = n_threads;
     backend_options.block_size = options.block_size;
     backend_options.kv_dtype = kv_dtype_;
-    // A debugging switch (like llama.cpp's GGML_CUDA_DISABLE_GRAPHS): the same kernels, launched one by one.
-    if (const char* graphs = std::getenv("KVLM_CUDA_GRAPHS"); graphs && std::strcmp(graphs, "0") == 0)
-        backend_options.cuda_graphs = false;
-    // Per-stage decode times on stderr when the backend closes (docs/CUDA.md, "Decode profile").
-    if (const char* profile = std::getenv("KVLM_CUDA_PROFILE"); profile && std::strcmp(profile, "0") != 0)
-        backend_options.cuda_profile = true;
-    // A debugging switch: each decode step waits for the one before it (the host's round trip back, for A/B).
-    if (const char* ahead = std::getenv("KVLM_CUDA_STEPS_AHEAD"); ahead && std::strcmp(ahead, "0") == 0)
-        backend_options.cuda_steps_ahead = false;
-    // A debugging switch: kernels launched without programmatic dependent launch (docs/CUDA.md), for A/B.
-    if (const char* pdl = std::getenv("KVLM_CUDA_PDL"); pdl && std::strcmp(pdl, "0") == 0)
-        backend_options.cuda_programmatic_launches = false;
-    // Attention's and the GEMVs' launch rules, for tools/gpu_session.sh's sweep (docs/CUDA.md); the backend
-    // checks the values.
-    const auto env_int = [](const char* name, int32_t& out, int32_t auto_value) {
-        const char* value = std::getenv(name);
-        if (!value) return;
-        if (std::strcmp(value, "auto") == 0) {
-            out = auto_value;
-            return;
-        }
-        char* end = nullptr;
-        const long parsed = std::strtol(value, &end, 10);
-        if (*value == '\0' || *end != '\0' || parsed < -1 || parsed > 1 << 20)
-            throw_error("{}={}: expected a whole number (or auto)", name, value);
-        out = int32_t(parsed);
-    };
-    env_int("KVLM_CUDA_ATTN_SPLIT_KEYS", backend_options.cuda_attn_split_keys, 0);
-    env_int("KVLM_CUDA_ATTN_FILL", backend_options.cuda_attn_fill_per_sm, 0);
-    env_int("KVLM_CUDA_ATTN_ONE_HEAD", backend_options.cuda_attn_one_head, -1);
-    env_int("KVLM_CUDA_GEMV_ROWS", backend_options.cuda_gemv.rows_per_warp, 0);
-    env_int("KVLM_CUDA_GEMV_THREADS", backend_options.cuda_gemv.threads, 0);
-    env_int("KVLM_CUDA_GEMV_SPLIT", backend_options.cuda_gemv.split_warps_per_sm, 0);
-    env_int("KVLM_CUDA_GEMV_STAGE", backend_options.cuda_gemv.stage_x, 1);
-    env_int("KVLM_CUDA_PERSISTENT", backend_options.cuda_persistent_blocks_per_sm, 0);
-    // Device-to-host bytes per decode step on stderr when the backend closes (a debugging counter).
-    if (const char* transfers = std::getenv("KVLM_CUDA_TRANSFERS"); transfers && std::strcmp(transfers, "0") != 0)
-        backend_options.cuda_transfer_stats = true;
     int64_t blocks_for_ctx = (int64_t(n_ctx_) + options.block_size - 1) / options.block_size;
     if (options.kv_mem_bytes > 0) {
         uint64_t block_bytes = kv_bytes_per_token(config, kv_dtype_) * uint64_t(options.block_size);

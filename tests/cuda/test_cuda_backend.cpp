@@ -23,6 +23,7 @@
 
 #ifdef KVLM_CUDA
 #include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/cuda_settings.h"
 #include "cuda/testing/cuda_test_api.h"
 #endif
 
@@ -542,9 +543,11 @@ TEST_CASE("cuda backend: attention's and the GEMVs' launch rules (a sweep's) kee
         const RandomModel& model = r.gemv.split_warps_per_sm ? *wide : *m;
         BackendOptions options;
         options.block_size = kBlock, options.kv_dtype = DType::f32, options.n_kv_blocks = 2 * 14;
-        options.cuda_attn_split_keys = r.split_keys, options.cuda_attn_fill_per_sm = r.fill;
-        options.cuda_attn_one_head = r.one_head;
-        options.cuda_gemv = r.gemv;
+        CudaSettings settings;
+        settings.attn_split_keys = r.split_keys, settings.attn_fill_per_sm = r.fill;
+        settings.attn_one_head = r.one_head;
+        settings.gemv = r.gemv;
+        options.cuda = std::make_shared<CudaSettings>(settings);
         auto cpu = make_cpu_backend(model.config, model.weights, options);
         auto steps = make_cuda_backend(model.config, model.weights, options);
         auto rows = make_cuda_backend(model.config, model.weights, options);
@@ -565,26 +568,26 @@ TEST_CASE("cuda backend: attention's and the GEMVs' launch rules (a sweep's) kee
             CHECK(std::memcmp(got.data(), &rows_logits[size_t(i) * n_vocab], got.size() * sizeof(float)) == 0);
         }
     }
-    BackendOptions bad;
-    bad.n_kv_blocks = 4, bad.cuda_attn_split_keys = 100;
-    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad),
+    CudaSettings bad;
+    const auto backend_with = [&](const CudaSettings& settings) {
+        BackendOptions options;
+        options.n_kv_blocks = 4, options.cuda = std::make_shared<CudaSettings>(settings);
+        return make_cuda_backend(m->config, m->weights, options);
+    };
+    bad.attn_split_keys = 100;
+    CHECK_THROWS_WITH_AS(backend_with(bad),
                          doctest::Contains("attention split keys 100 must be a positive multiple of 128"), Error);
-    bad.cuda_attn_split_keys = 0, bad.cuda_attn_one_head = 2;
-    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad), doctest::Contains("must be 0, 1 or auto"),
-                         Error);
-    bad.cuda_attn_one_head = -1, bad.cuda_gemv.threads = 64;
-    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad),
+    bad.attn_split_keys = 0, bad.attn_one_head = 2;
+    CHECK_THROWS_WITH_AS(backend_with(bad), doctest::Contains("must be 0, 1 or auto"), Error);
+    bad.attn_one_head = -1, bad.gemv.threads = 64;
+    CHECK_THROWS_WITH_AS(backend_with(bad),
                          doctest::Contains("threads 64 must be 128 or 256 (0: the default) (KVLM_CUDA_GEMV_ROWS"), Error);
-    bad.cuda_gemv.threads = 0, bad.cuda_gemv.split_warps_per_sm = 65;
-    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad),
-                         doctest::Contains("split up to 65 warps per SM must be 0 to 64"), Error);
-    bad.cuda_gemv.split_warps_per_sm = 0, bad.cuda_gemv.stage_x = 2;
-    CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, bad), doctest::Contains("stage x 2 must be 0 or 1"),
-                         Error);
+    bad.gemv.threads = 0, bad.gemv.split_warps_per_sm = 65;
+    CHECK_THROWS_WITH_AS(backend_with(bad), doctest::Contains("split up to 65 warps per SM must be 0 to 64"), Error);
+    bad.gemv.split_warps_per_sm = 0, bad.gemv.stage_x = 2;
+    CHECK_THROWS_WITH_AS(backend_with(bad), doctest::Contains("stage x 2 must be 0 or 1"), Error);
     // The GEMV shape is process-wide: a backend with the defaults puts them back for the cases after this one.
-    BackendOptions defaults;
-    defaults.n_kv_blocks = 4;
-    CHECK(make_cuda_backend(m->config, m->weights, defaults)->name().find("GEMV") == std::string::npos);
+    CHECK(backend_with(CudaSettings{})->name().find("GEMV") == std::string::npos);
 }
 
 TEST_CASE("cuda backend: the persistent decode kernel gives the bits of a launch per stage, rows equal to steps") {
@@ -611,9 +614,12 @@ TEST_CASE("cuda backend: the persistent decode kernel gives the bits of a launch
         const auto tokens = random_tokens(kPrompt + kSteps, n_vocab, 9);
         BackendOptions options;
         options.block_size = kBlock, options.kv_dtype = setup.kv, options.n_kv_blocks = 2 * 14;
-        options.cuda_attn_split_keys = setup.split_keys, options.cuda_attn_fill_per_sm = setup.fill;
+        CudaSettings settings;
+        settings.attn_split_keys = setup.split_keys, settings.attn_fill_per_sm = setup.fill;
+        options.cuda = std::make_shared<CudaSettings>(settings);
         auto stages = make_cuda_backend(m->config, m->weights, options);
-        options.cuda_persistent_blocks_per_sm = 1;
+        settings.persistent_blocks_per_sm = 1;
+        options.cuda = std::make_shared<CudaSettings>(settings);
         auto persistent = make_cuda_backend(m->config, m->weights, options);
         auto rows = make_cuda_backend(m->config, m->weights, options);
         CHECK(persistent->name().find("decode steps in one persistent kernel (") !=
@@ -640,8 +646,10 @@ TEST_CASE("cuda backend: the persistent decode kernel gives the bits of a launch
         CHECK(a == b);
     }
     auto f32_model = make_random_model(small_random_config(), DType::f32, 42);
+    CudaSettings persistent;
+    persistent.persistent_blocks_per_sm = 1;
     BackendOptions options;
-    options.n_kv_blocks = 4, options.kv_dtype = DType::bf16, options.cuda_persistent_blocks_per_sm = 1;
+    options.n_kv_blocks = 4, options.kv_dtype = DType::bf16, options.cuda = std::make_shared<CudaSettings>(persistent);
     CHECK_THROWS_WITH_AS(
         make_cuda_backend(f32_model->config, f32_model->weights, options),
         doctest::Contains("persistent decode kernel (KVLM_CUDA_PERSISTENT) cannot run here: weights are "
@@ -651,13 +659,15 @@ TEST_CASE("cuda backend: the persistent decode kernel gives the bits of a launch
     options.kv_dtype = DType::f32;
     CHECK_THROWS_WITH_AS(make_cuda_backend(bf16_model->config, bf16_model->weights, options),
                          doctest::Contains("the KV pool is not f16 or bf16"), Error);
-    options.kv_dtype = DType::bf16, options.cuda_persistent_blocks_per_sm = 33;
+    persistent.persistent_blocks_per_sm = 33;
+    options.kv_dtype = DType::bf16, options.cuda = std::make_shared<CudaSettings>(persistent);
     CHECK_THROWS_WITH_AS(make_cuda_backend(bf16_model->config, bf16_model->weights, options),
                          doctest::Contains("33 blocks per multiprocessor is outside 1..32"), Error);
     ModelConfig wide = small_random_config();
     wide.n_ff = 64 * 1024;  // 256 KB of f32 input: past every device's per-block shared memory
     auto wide_model = make_random_model(wide, DType::bf16, 44);
-    options.cuda_persistent_blocks_per_sm = 1;
+    persistent.persistent_blocks_per_sm = 1;
+    options.cuda = std::make_shared<CudaSettings>(persistent);
     CHECK_THROWS_WITH_AS(make_cuda_backend(wide_model->config, wide_model->weights, options),
                          doctest::Contains("its largest input (65536 values) needs 270 KB of shared memory a block; "
                                            "the device allows "),

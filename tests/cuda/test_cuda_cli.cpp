@@ -330,6 +330,20 @@ TEST_CASE("cuda cli: KVLM_CUDA_PERSISTENT decodes as a launch per stage does, an
         f32.err);
 }
 
+TEST_CASE("cuda cli: a KVLM_CUDA_* variable that is not a number is an error naming it; the CPU ignores them") {
+    if (!have_cuda()) return;
+    if (!have_data(stories("stories260K.gguf"))) return;
+    const std::vector<std::string> args = {"run", "-m", stories_model(), "-p", "x", "-n", "1", "--device"};
+    std::vector<std::string> on_gpu = args, on_cpu = args;
+    on_gpu.push_back("cuda"), on_cpu.push_back("cpu");
+    CliResult bad = run_shell("KVLM_CUDA_ATTN_FILL=many " + kvlm_command(on_gpu));
+    CHECK(bad.exit_code != 0);
+    CHECK_MESSAGE(bad.err.find("KVLM_CUDA_ATTN_FILL=many: expected a whole number (or auto)") != std::string::npos,
+                  bad.err);
+    CliResult cpu = run_shell("KVLM_CUDA_ATTN_FILL=many " + kvlm_command(on_cpu));
+    CHECK_MESSAGE(cpu.exit_code == 0, cpu.err);
+}
+
 TEST_CASE("cuda cli: a quantized model runs on --device cuda (and auto) with the CPU's greedy tokens (q8_0, q4_0, q4_1)") {
     if (!have_cuda()) return;
     if (!have_data(stories("stories260K.gguf"))) return;

@@ -21,6 +21,7 @@
 
 #ifdef KVLM_CUDA
 #include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/cuda_settings.h"
 #endif
 
 using namespace kvlm;
@@ -72,7 +73,9 @@ TEST_CASE("cuda models: decode in CUDA graphs gives the same bits as launching t
     options.kv_dtype = DType::bf16;
     options.n_kv_blocks = n_total / block_size + 3;
     BackendOptions eager_options = options;
-    eager_options.cuda_graphs = false;
+    CudaSettings eager_settings;
+    eager_settings.graphs = false;
+    eager_options.cuda = std::make_shared<CudaSettings>(eager_settings);
     auto graphs = make_cuda_backend(config, m->weights, options);
     auto eager = make_cuda_backend(config, m->weights, eager_options);
     CHECK(graphs->name().find("decode in CUDA graphs") != std::string::npos);

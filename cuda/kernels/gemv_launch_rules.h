@@ -1,4 +1,4 @@
-// BackendOptions::cuda_gemv (a plain struct, so that the CUDA launchers and the options share it).
+// CudaSettings::gemv (a plain struct, so that the GEMV launchers and the backend's settings share it).
 #pragma once
 #include <cstdint>
 
