@@ -220,7 +220,7 @@ GenerationResult ChatSession::send(const std::string& text, int32_t n_predict, S
                     "chatml); the exchange was dropped",
                     template_.name);
     }
-    if (result.stop_reason == "end of generation") {
+    if (result.stop_reason == StopReason::end_of_generation) {
         std::string marker = tokenizer.piece(result.generated.back());
         if (starts_with(rest, marker)) rest = rest.substr(marker.size());
     }

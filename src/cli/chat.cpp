@@ -59,7 +59,7 @@ std::string stats_text(Engine& engine, const GenerationResult& r) {
         r.n_prompt, r.n_reused, r.n_restored, r.n_prefilled,
         r.prefill_seconds > 0 ? r.n_prefilled / r.prefill_seconds : 0.0, n_generated, rate, r.first_token_seconds,
         engine.pool().n_used(), engine.pool().n_blocks() - engine.pool().n_used(),
-        r.probabilities.empty() ? "" : " | " + describe_probabilities(r, engine.tokenizer()), r.stop_reason) +
+        r.probabilities.empty() ? "" : " | " + describe_probabilities(r, engine.tokenizer()), stop_reason_text(r.stop_reason)) +
            (r.n_spec_forwards > 0 || r.n_drafted > 0
                 ? fmt::format(" | speculation: {} tokens drafted, {} accepted", r.n_drafted, r.n_accepted)
                 : "") +
@@ -258,15 +258,15 @@ private:
         totals_.n_accepted += result.n_accepted;
         totals_.prefill_seconds += result.prefill_seconds;
         totals_.decode_seconds += result.decode_seconds;
-        if (result.stop_reason == "interrupted") info("(stopped)");
+        if (result.stop_reason == StopReason::interrupted) info("(stopped)");
         if (result.constraint.n_sampled + result.constraint.n_forced > 0 && !result.constraint.satisfied)
             info(fmt::format("kvlm: the answer stopped ({}) before it matched the constraint: it is incomplete",
-                             result.stop_reason));
-        if (result.stop_reason == "context full" || result.stop_reason == "KV cache full")
+                             stop_reason_text(result.stop_reason)));
+        if (result.stop_reason == StopReason::context_full || result.stop_reason == StopReason::kv_cache_full)
             info(fmt::format("kvlm: the {} ({} tokens): the answer was cut off; /undo drops the last exchange, /reset "
                              "starts a new conversation",
-                             result.stop_reason == "context full" ? "context is full" : "KV cache is full",
-                             result.stop_reason == "context full" ? int64_t(engine_.n_ctx()) : engine_.n_pool_tokens()));
+                             result.stop_reason == StopReason::context_full ? "context is full" : "KV cache is full",
+                             result.stop_reason == StopReason::context_full ? int64_t(engine_.n_ctx()) : engine_.n_pool_tokens()));
         if (options_.verbose) std::fprintf(stderr, "kvlm: %s\n", stats_text(engine_, result).c_str());
         if (store_ && !store_->name().empty()) save_quietly();
     }
@@ -318,6 +318,7 @@ int cmd_chat(const ChatOptions& options) {
         throw_error("--system and --system-file cannot be combined");
     ChatOptions parsed = options;
     parse_spec_mode(options.spec_mode, &parsed.spec);
+    check_constraint_combinations(options.constraint_flags, parsed.spec);
     std::string system = options.system;
     if (!options.system_file.empty()) {
         std::vector<uint8_t> bytes;
@@ -340,8 +341,6 @@ int cmd_chat(const ChatOptions& options) {
     const std::unique_ptr<DraftModel> draft_model =
         load_draft_model(options.draft_model, &resolved.spec, engine, engine_options);
     chat.set_speculation(resolved.spec);
-    if (resolved.spec.mode != SpecOptions::Mode::off && options.constraint_flags.given())
-        throw_error("--spec cannot be combined with --json, --json-schema or --regex (not supported yet)");
     const std::unique_ptr<TokenConstraint> constraint = load_constraint(options.constraint_flags, engine, options.verbose);
     if (constraint)
         chat.set_constraint({constraint.get(), use_jump_forward(options.constraint_flags, engine, !options.verbose)});

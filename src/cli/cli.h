@@ -111,6 +111,9 @@ struct ConstraintFlags {
 std::unique_ptr<TokenConstraint> load_constraint(const ConstraintFlags& flags, const Engine& engine, bool verbose);
 // Whether a run under `flags` uses jump-forward; says on stderr (unless quiet) when the backend rules it out.
 bool use_jump_forward(const ConstraintFlags& flags, Engine& engine, bool quiet);
+// The decoding modes a constraint does not combine with yet (run and chat; the one place this is checked):
+// throws Error for --spec with --json, --json-schema or --regex.
+void check_constraint_combinations(const ConstraintFlags& flags, const SpecOptions& spec);
 
 struct RunOptions {
     EngineFlags engine;

@@ -10,6 +10,11 @@
 
 namespace kvlm {
 
+void check_constraint_combinations(const ConstraintFlags& flags, const SpecOptions& spec) {
+    if (flags.given() && spec.mode != SpecOptions::Mode::off)
+        throw_error("--spec cannot be combined with --json, --json-schema or --regex (not supported yet)");
+}
+
 std::unique_ptr<TokenConstraint> load_constraint(const ConstraintFlags& flags, const Engine& engine, bool verbose) {
     const int n_given = int(flags.json) + int(flags.json_schema_given) + int(flags.regex_given);
     if (n_given == 0) {

@@ -70,7 +70,7 @@ void print_stats(const Engine& engine, const GenerationResult& result, const std
                  label.c_str(), engine.load_seconds(), result.n_prompt, result.n_reused, result.n_restored,
                  result.n_prefilled, result.prefill_seconds,
                  result.prefill_seconds > 0 ? result.n_prefilled / result.prefill_seconds : 0.0, n_generated,
-                 decode_rate, setup_seconds + result.first_token_seconds, result.stop_reason.c_str());
+                 decode_rate, setup_seconds + result.first_token_seconds, stop_reason_text(result.stop_reason));
     if (result.constraint.n_sampled + result.constraint.n_forced > 0)
         std::fprintf(stderr, "kvlm: %s%s\n", label.c_str(),
                      describe_constraint_report(result.constraint, result.constraint.n_jumps > 0 || jump_forward).c_str());
@@ -90,7 +90,7 @@ void print_stats(const Engine& engine, const GenerationResult& result, const std
 bool report_incomplete(const RunOptions& options, const GenerationResult& result, const std::string& label) {
     if (!options.constraint.constraint || result.constraint.satisfied) return false;
     std::fprintf(stderr, "kvlm: error: %sthe output is incomplete: generation stopped (%s) before it matched the %s\n",
-                 label.c_str(), result.stop_reason.c_str(), options.constraint.constraint->dfa().what().c_str());
+                 label.c_str(), stop_reason_text(result.stop_reason), options.constraint.constraint->dfa().what().c_str());
     return true;
 }
 
@@ -106,11 +106,11 @@ void print_pool_stats(Engine& engine, uint64_t logits_hash) {
 // Generation cut short by a full context or KV pool says so on stderr: the text is never silently truncated.
 void report_cut_short(Engine& engine, const GenerationResult& result, const std::string& label) {
     int32_t n_generated = int32_t(result.generated.size());
-    if (result.stop_reason == "context full")
+    if (result.stop_reason == StopReason::context_full)
         std::fprintf(stderr,
                      "kvlm: %sstopped after %d tokens: context full (%d tokens; %s)\n", label.c_str(), n_generated,
                      engine.n_ctx(), larger_context_advice(engine).c_str());
-    else if (result.stop_reason == "KV cache full")
+    else if (result.stop_reason == StopReason::kv_cache_full)
         std::fprintf(stderr,
                      "kvlm: %sstopped after %d tokens: KV cache full (the pool holds %lld tokens; raise --kv-mem)\n",
                      label.c_str(), n_generated, (long long)engine.n_pool_tokens());
@@ -265,7 +265,7 @@ int run_with_session(Engine& engine, const RunOptions& options, const std::strin
         return output_error->error_number == EPIPE ? 128 + SIGPIPE : 1;
     }
     if (!newline_last && isatty(STDOUT_FILENO)) write_stdout("\n");
-    if (result.stop_reason == "interrupted") {
+    if (result.stop_reason == StopReason::interrupted) {
         std::fprintf(stderr, "kvlm: interrupted after %zu %s; session '%s' was saved with them\n", n_generated,
                      n_generated == 1 ? "token" : "tokens", name.c_str());
         return 130;
@@ -322,19 +322,14 @@ int run_beams(Engine& engine, const RunOptions& options, const std::vector<int32
     beam_options.n_predict = options.n_predict;
     BeamResult beams = beam_search(engine, seq, prompt.logits, beam_options);
     const Tokenizer& tokenizer = engine.tokenizer();
-    Utf8StreamDecoder decoder;
+    TokenTextStream text_stream(tokenizer);
     std::string text;
-    // As decode(): SentencePiece's dummy prefix space is dropped when the text starts right after BOS.
-    bool strip_space = tokenizer.data().type == "spm" && tokenizer.data().add_space_prefix &&
-                       !prompt_ids.empty() && prompt_ids.back() == tokenizer.bos_id();
+    int32_t previous = prompt_ids.empty() ? -1 : prompt_ids.back();
     for (int32_t token : beams.tokens) {
-        if (tokenizer.is_end_of_generation(token)) continue;
-        std::string bytes = tokenizer.decode_token(token);
-        if (strip_space && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
-        strip_space = false;
-        text += decoder.push(bytes);
+        text += text_stream.push(token, previous);
+        previous = token;
     }
-    text += decoder.flush();
+    text += text_stream.flush();
     if (!text.empty()) write_stdout(text);
     if (!text.empty() && text.back() != '\n' && isatty(STDOUT_FILENO)) write_stdout("\n");
     if (options.verbose)
@@ -344,8 +339,8 @@ int run_beams(Engine& engine, const RunOptions& options, const std::vector<int32
                      options.n_beams, beams.n_steps, beams.seconds,
                      beams.seconds > 0 ? double(beams.n_steps) * options.n_beams / beams.seconds : 0.0,
                      beams.tokens.size(), beams.score, beams.peak_blocks, beams.independent_blocks, options.n_beams,
-                     beams.stop_reason.c_str());
-    else if (!options.quiet && beams.stop_reason == "context full")
+                     stop_reason_text(beams.stop_reason));
+    else if (!options.quiet && beams.stop_reason == StopReason::context_full)
         std::fprintf(stderr, "kvlm: beam search stopped at the context's end (%d tokens)\n", engine.n_ctx());
     return 0;
 }
@@ -378,8 +373,7 @@ int cmd_run(const RunOptions& options) {
     SpecOptions spec = options.spec;
     parse_spec_mode(options.spec_mode, &spec);
     check_beam_options(options, spec);
-    if (options.constraint_flags.given() && spec.mode != SpecOptions::Mode::off)
-        throw_error("--spec cannot be combined with --json, --json-schema or --regex (not supported yet)");
+    check_constraint_combinations(options.constraint_flags, spec);
     check_sampling_settings(options.sampling_flags);
     std::string prompt = read_prompt(options);
 

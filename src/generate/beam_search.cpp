@@ -71,12 +71,14 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
     KVLM_ASSERT(n_beams >= 1 && int32_t(logits.size()) == n_vocab, "beam search arguments");
     KVLM_ASSERT(backend.exact_forward_tokens() > 0, "beam search needs a batch-invariant backend");
     const int32_t prompt_len = int32_t(prompt_seq.tokens.size());
-    const int32_t max_new = options.n_predict >= 0 ? options.n_predict : engine.n_ctx() - prompt_len;
+    // The hypotheses say when the search is done; the limits are decode()'s (no interrupt: a search prints only
+    // at its end).
+    const StopRule stop_rule(tokenizer, options.n_predict, engine.n_ctx(), nullptr);
 
     BeamResult result;
-    if (max_new <= 0) {
+    if (stop_rule.emits_nothing()) {
         cache.release(prompt_seq);
-        result.stop_reason = "token limit";
+        result.stop_reason = StopReason::token_limit;
         return result;
     }
     Hypotheses hypotheses(n_beams, options.length_penalty);
@@ -129,12 +131,12 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
             release_all(beams);
             beams = std::move(next);
             if (done) break;
-            if (cur_len >= max_new) {
-                result.stop_reason = "token limit";
+            if (stop_rule.at_token_limit(cur_len)) {
+                result.stop_reason = StopReason::token_limit;
                 break;
             }
-            if (beams[0].seq.table.n_tokens + 1 > engine.n_ctx()) {
-                result.stop_reason = "context full";
+            if (stop_rule.context_full(beams[0].seq.table.n_tokens)) {
+                result.stop_reason = StopReason::context_full;
                 break;
             }
             // Every beam's new token through the model in one call; a shared last block is copied first.
@@ -173,8 +175,8 @@ BeamResult beam_search(Engine& engine, Sequence& prompt_seq, const std::vector<f
     const Hypothesis& best = hypotheses.best();
     result.tokens = best.tokens;
     result.score = best.score;
-    if (best.ended) result.stop_reason = "end of generation";
-    else if (result.stop_reason.empty()) result.stop_reason = "token limit";
+    if (best.ended) result.stop_reason = StopReason::end_of_generation;
+    else if (result.stop_reason == StopReason::none) result.stop_reason = StopReason::token_limit;
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "generate/stop_rule.h"
 #include "kv/prefix_cache.h"
 
 namespace kvlm {
@@ -26,7 +27,7 @@ struct BeamOptions {
 struct BeamResult {
     std::vector<int32_t> tokens;  // the best hypothesis's new tokens (its end-of-generation token included)
     double score = 0;             // its sum of log-probabilities / length^length_penalty
-    std::string stop_reason;      // "end of generation" (the best one ended so) or "token limit" / "context full"
+    StopReason stop_reason = StopReason::none;  // end_of_generation (the best one ended so), token_limit, context_full
     int32_t n_steps = 0;          // forward steps of all beams together
     int32_t peak_blocks = 0;      // KV blocks the beams held at most at once
     int32_t independent_blocks = 0;  // what n_beams separate caches of the longest beam would hold

@@ -67,33 +67,16 @@ GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<f
         if (std::string text = decoder.push(tokenizer.decode_token(token)); !text.empty()) on_text(text);
     };
 
-    if (n_predict != 0 && queue.empty())
+    const StopRule stop_rule(tokenizer, n_predict, n_ctx, cancel);
+    if (!stop_rule.emits_nothing() && queue.empty())
         request = sampler.allowed_request(seq.tokens, n_vocab, constraint.allowed(state));
-    int32_t token = n_predict != 0 ? pick() : -1;
-    if (n_predict == 0) result.stop_reason = "token limit";
-    for (int32_t step = 0; n_predict != 0; step++) {
+    int32_t token = !stop_rule.emits_nothing() ? pick() : -1;
+    if (stop_rule.emits_nothing()) result.stop_reason = StopReason::token_limit;
+    for (int32_t step = 0; !stop_rule.emits_nothing(); step++) {
         if (step == 0) result.first_token_seconds = seconds_since(decode_start);
         emit(token);
-        if (tokenizer.is_end_of_generation(token)) {
-            result.stop_reason = "end of generation";
-            break;
-        }
-        if (constraint.complete(state)) {
-            result.stop_reason = "constraint complete";
-            break;
-        }
-        if (n_predict > 0 && step + 1 >= n_predict) {
-            result.stop_reason = "token limit";
-            break;
-        }
-        if (cancel && cancel->load()) {
-            result.stop_reason = "interrupted";
-            break;
-        }
-        if (seq.table.n_tokens >= n_ctx) {
-            result.stop_reason = "context full";
-            break;
-        }
+        result.stop_reason = stop_rule.after_token(token, step + 1, seq.table.n_tokens, constraint.complete(state));
+        if (result.stop_reason != StopReason::none) break;
         if (queue.empty()) {
             const std::vector<int32_t>& forced = constraint.forced_tokens(state);
             queue.assign(forced.begin(), forced.end());
@@ -114,7 +97,7 @@ GenerationResult decode_constrained(Engine& engine, Sequence& seq, std::vector<f
             try {
                 cache.reserve(seq, pos + 1);
             } catch (const Error&) {
-                result.stop_reason = "KV cache full";
+                result.stop_reason = StopReason::kv_cache_full;
                 break;
             }
         }

@@ -2,6 +2,7 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <memory>
 
 #include "generate/generate.h"
 #include "util/error.h"
@@ -18,7 +19,7 @@ struct Lane {
     Sequence* seq = nullptr;
     Sampler* sampler = nullptr;
     GenerationResult result;
-    Utf8StreamDecoder decoder;
+    std::unique_ptr<TokenTextStream> text;
     std::vector<float> logits;
     SampleRequest request;
     SampleOutcome outcome;  // the step's token when the backend picked it where the logits are
@@ -40,18 +41,19 @@ std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<S
     KVLM_ASSERT(int32_t(logits.size()) == n_vocab, "decode_samples needs the prompt's last logits");
     KVLM_ASSERT(seqs.size() == samplers.size() && !seqs.empty(), "one sampler per sequence");
     KVLM_ASSERT(backend.exact_forward_tokens() > 0, "decode_samples needs a batch-invariant backend");
-    const bool strip_space_after_bos = tokenizer.data().type == "spm" && tokenizer.data().add_space_prefix;
     const auto decode_start = Clock::now();
 
+    const StopRule stop_rule(tokenizer, n_predict, n_ctx, cancel);
     std::vector<Lane> lanes(seqs.size());
     for (size_t i = 0; i < lanes.size(); i++) {
         Lane& lane = lanes[i];
         KVLM_ASSERT(!seqs[i]->tokens.empty(), "decode_samples needs prefilled sequences");
         lane.seq = seqs[i];
         lane.sampler = samplers[i];
+        lane.text = std::make_unique<TokenTextStream>(tokenizer);
         lane.logits = logits;
-        if (n_predict == 0) {
-            lane.result.stop_reason = "token limit";
+        if (stop_rule.emits_nothing()) {
+            lane.result.stop_reason = StopReason::token_limit;
             lane.running = false;
             continue;
         }
@@ -73,34 +75,17 @@ std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<S
             if (step == 0) result.first_token_seconds = seconds_since(decode_start);
             result.generated.push_back(lane.token);
             result.has_pending_token = true;
-            auto stop = [&](const char* reason) {
-                result.stop_reason = reason;
+            if (std::string text = lane.text->push(lane.token, seq.tokens.back()); !text.empty()) on_text(i, text);
+            result.stop_reason = stop_rule.after_token(lane.token, step + 1, seq.table.n_tokens);
+            if (result.stop_reason == StopReason::none) {
+                try {
+                    cache.reserve(seq, seq.table.n_tokens + 1);
+                } catch (const Error&) {
+                    result.stop_reason = StopReason::kv_cache_full;
+                }
+            }
+            if (result.stop_reason != StopReason::none) {
                 lane.running = false;
-            };
-            if (tokenizer.is_end_of_generation(lane.token)) {
-                stop("end of generation");
-                continue;
-            }
-            std::string bytes = tokenizer.decode_token(lane.token);
-            if (strip_space_after_bos && seq.tokens.back() == tokenizer.bos_id() && !bytes.empty() && bytes[0] == ' ')
-                bytes.erase(0, 1);
-            if (std::string text = lane.decoder.push(bytes); !text.empty()) on_text(i, text);
-            if (n_predict > 0 && step + 1 >= n_predict) {
-                stop("token limit");
-                continue;
-            }
-            if (cancel && cancel->load()) {
-                stop("interrupted");
-                continue;
-            }
-            if (seq.table.n_tokens >= n_ctx) {
-                stop("context full");
-                continue;
-            }
-            try {
-                cache.reserve(seq, seq.table.n_tokens + 1);
-            } catch (const Error&) {
-                stop("KV cache full");
                 continue;
             }
             seq.tokens.push_back(lane.token);
@@ -135,7 +120,7 @@ std::vector<GenerationResult> decode_samples(Engine& engine, const std::vector<S
     std::vector<GenerationResult> results;
     for (size_t i = 0; i < lanes.size(); i++) {
         Lane& lane = lanes[i];
-        if (std::string tail = lane.decoder.flush(); !tail.empty()) on_text(i, tail);
+        if (std::string tail = lane.text->flush(); !tail.empty()) on_text(i, tail);
         lane.result.decode_seconds = seconds_since(decode_start);
         lane.result.transcript = lane.seq->tokens;
         if (lane.result.has_pending_token) lane.result.transcript.push_back(lane.result.generated.back());

@@ -80,8 +80,8 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
                         const TextCallback& on_text, const std::atomic<bool>* cancel, const SpecOptions* spec,
                         const ConstraintOptions* constraint) {
     if (constraint && constraint->constraint) {
-        if (spec && spec->mode != SpecOptions::Mode::off)
-            throw_error("--spec cannot be combined with --json, --json-schema or --regex (not supported yet)");
+        KVLM_ASSERT(!spec || spec->mode == SpecOptions::Mode::off,
+                    "speculation with a constraint (check_decoding_flags refuses it)");
         ConstraintReport report;
         GenerationResult result =
             decode_constrained(engine, seq, std::move(logits), n_predict, sampler, on_text, *constraint, report, cancel);
@@ -96,18 +96,16 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     KVLM_ASSERT(!seq.tokens.empty(), "decode needs a prefilled sequence");
     GenerationResult result;
 
-    // SentencePiece's dummy prefix puts a space before the first word; llama.cpp and llama2.c drop it
-    // when the text starts right after BOS.
-    const bool strip_space_after_bos = tokenizer.data().type == "spm" && tokenizer.data().add_space_prefix;
-    Utf8StreamDecoder decoder;
+    TokenTextStream text_stream(tokenizer);
     auto decode_start = Clock::now();
     Backend& backend = engine.backend();
     // The first token comes from the prompt's logits (on the host; the -v hash chains their bytes before the
     // sampler penalizes them in place); each later one from a decode step or a verification's row, which a
     // backend that samples on the device (CUDA) ends by picking the token there: only its id comes back, and
     // the hash chains the device's digest of the logits instead of their bytes (token_after_step).
+    const StopRule stop_rule(tokenizer, n_predict, n_ctx, cancel);
     int32_t token = -1;
-    if (n_predict != 0) {
+    if (!stop_rule.emits_nothing()) {
         result.logits_hash = XXH3_64bits_withSeed(logits.data(), logits.size() * sizeof(float), result.logits_hash);
         token = sampler.sample(logits.data(), n_vocab, seq.tokens);
         if (sampler.reports_probabilities()) result.probabilities.push_back(sampler.last_probability());
@@ -125,32 +123,14 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
     constexpr int32_t kMinUseful = 2, kMinDraft = 3, kFirstBackoff = 16, kMaxBackoff = 128;
     int32_t backoff = 0, no_draft_until = 0;
     StepsAhead steps_ahead(backend, cache, seq, sampler);
-    if (n_predict == 0) result.stop_reason = "token limit";
-    for (int32_t step = 0; n_predict != 0; step++) {
+    if (stop_rule.emits_nothing()) result.stop_reason = StopReason::token_limit;
+    for (int32_t step = 0; !stop_rule.emits_nothing(); step++) {
         if (step == 0) result.first_token_seconds = seconds_since(decode_start);
         result.generated.push_back(token);
         result.has_pending_token = true;
-        if (tokenizer.is_end_of_generation(token)) {
-            result.stop_reason = "end of generation";
-            break;
-        }
-        std::string bytes = tokenizer.decode_token(token);
-        if (strip_space_after_bos && seq.tokens.back() == tokenizer.bos_id() && !bytes.empty() && bytes[0] == ' ')
-            bytes.erase(0, 1);
-        if (std::string text = decoder.push(bytes); !text.empty()) on_text(text);
-
-        if (n_predict > 0 && step + 1 >= n_predict) {
-            result.stop_reason = "token limit";
-            break;
-        }
-        if (cancel && cancel->load()) {
-            result.stop_reason = "interrupted";
-            break;
-        }
-        if (seq.table.n_tokens >= n_ctx) {
-            result.stop_reason = "context full";
-            break;
-        }
+        if (std::string text = text_stream.push(token, seq.tokens.back()); !text.empty()) on_text(text);
+        result.stop_reason = stop_rule.after_token(token, step + 1, seq.table.n_tokens);
+        if (result.stop_reason != StopReason::none) break;
         const bool drafted_next = verification.expects(token);
         if (verification.active() && !drafted_next) {  // the rest of the draft is wrong: its K/V and blocks go
             if (verification.n_accepted() < kMinUseful) {
@@ -165,7 +145,7 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         try {
             cache.reserve(seq, seq.table.n_tokens + 1);
         } catch (const Error&) {
-            result.stop_reason = "KV cache full";
+            result.stop_reason = StopReason::kv_cache_full;
             break;
         }
         const int32_t pos = seq.table.n_tokens;
@@ -240,11 +220,25 @@ GenerationResult decode(Engine& engine, Sequence& seq, std::vector<float> logits
         verification.end();
         cache.truncate(seq, seq.table.n_tokens);
     }
-    if (std::string tail = decoder.flush(); !tail.empty()) on_text(tail);
+    if (std::string tail = text_stream.flush(); !tail.empty()) on_text(tail);
     result.decode_seconds = seconds_since(decode_start);
     result.transcript = seq.tokens;
     if (result.has_pending_token) result.transcript.push_back(result.generated.back());
     return result;
+}
+
+TokenTextStream::TokenTextStream(const Tokenizer& tokenizer)
+    : tokenizer_(tokenizer),
+      strip_space_after_bos_(tokenizer.data().type == "spm" && tokenizer.data().add_space_prefix) {}
+
+std::string TokenTextStream::push(int32_t token, int32_t previous) {
+    if (tokenizer_.is_end_of_generation(token)) return "";
+    std::string bytes = tokenizer_.decode_token(token);
+    // SentencePiece's dummy prefix puts a space before the first word; llama.cpp and llama2.c drop it when
+    // the text starts right after BOS.
+    if (strip_space_after_bos_ && previous == tokenizer_.bos_id() && !bytes.empty() && bytes[0] == ' ')
+        bytes.erase(0, 1);
+    return decoder_.push(bytes);
 }
 
 int32_t picked_token(const SampleOutcome& outcome, Sampler& sampler, std::vector<float>& logits,

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "generate/sampler.h"
 #include "generate/speculative.h"
+#include "generate/stop_rule.h"
 #include "kv/prefix_cache.h"
 #include "util/error.h"
 
@@ -49,8 +50,7 @@ struct GenerationResult {
     double prefill_seconds = 0;
     double decode_seconds = 0;       // all decode steps (forward + sampling)
     double first_token_seconds = 0;  // from the call until the first sampled token
-    std::string stop_reason;         // "end of generation", "token limit", "context full", "KV cache full",
-                                     // "interrupted" (the cancel flag was set)
+    StopReason stop_reason = StopReason::none;  // stop_reason_text(...) for its words
     uint64_t logits_hash = 0;        // XXH3 chain over every logits vector, for A/B comparisons
     // Speculation (SpecOptions): forwards that verified a draft, tokens drafted, and drafted tokens the sampler
     // then picked (their K/V and logits were already computed).
@@ -67,6 +67,21 @@ struct GenerationResult {
 std::string describe_probabilities(const GenerationResult& result, const Tokenizer& tokenizer);
 
 using TextCallback = std::function<void(const std::string& text)>;
+
+// A decode's text as its tokens come: complete UTF-8 characters only, none for the end-of-generation token,
+// and SentencePiece's dummy-prefix space dropped from a token right after BOS (as llama.cpp and llama2.c do).
+class TokenTextStream {
+public:
+    explicit TokenTextStream(const Tokenizer& tokenizer);
+    // The text `token` completes; `previous` is the token before it in the sequence.
+    std::string push(int32_t token, int32_t previous);
+    std::string flush() { return decoder_.flush(); }  // an incomplete tail as U+FFFD
+
+private:
+    const Tokenizer& tokenizer_;
+    bool strip_space_after_bos_;
+    Utf8StreamDecoder decoder_;
+};
 
 // The prompt in the pool, and the logits of its last token.
 struct Prefill {

@@ -48,7 +48,7 @@ void check_cases(const std::string& model_path, const nlohmann::json& cases) {
         CHECK(r.tokens == c["tokens"].get<std::vector<int32_t>>());
         const double want = c["score"].get<double>();
         CHECK(std::abs(r.score - want) <= 1e-4 * std::max(1.0, std::abs(want)));
-        CHECK(r.stop_reason == (c["ended"].get<bool>() ? "end of generation" : "token limit"));
+        CHECK(r.stop_reason == (c["ended"].get<bool>() ? StopReason::end_of_generation : StopReason::token_limit));
         engine.prefix_cache().evict_unreferenced();
         CHECK(engine.pool().n_used() == 0);  // the prompt's and every beam's blocks released
     }

@@ -86,7 +86,7 @@ private:
 
 struct Turn {
     std::vector<int32_t> generated;
-    std::string stop_reason;
+    StopReason stop_reason;
 };
 
 // Two turns on one sequence with one sampler (as chat has them): the first until `first_n` tokens or its end,
@@ -124,7 +124,7 @@ std::vector<Turn> two_turns(bool queuing, const SamplingParams& params, int32_t 
         // The sequence holds its tokens' blocks and no more (a dropped step's block went back).
         CHECK(seq.table.blocks.size() == size_t((seq.table.n_tokens + 4) / 5));
         turns.push_back({r.generated, r.stop_reason});
-        if (r.stop_reason == "context full" || r.stop_reason == "KV cache full") break;
+        if (r.stop_reason == StopReason::context_full || r.stop_reason == StopReason::kv_cache_full) break;
         pending.assign(1, r.generated.back());
     }
     engine.prefix_cache().release(seq);
@@ -171,10 +171,10 @@ TEST_CASE("steps ahead: decode with each step queued behind the one before picks
                 CHECK(got[i].generated == want[i].generated);
                 CHECK(got[i].stop_reason == want[i].stop_reason);
             }
-            if (c.interrupt) CHECK(want[0].stop_reason == "interrupted");
+            if (c.interrupt) CHECK(want[0].stop_reason == StopReason::interrupted);
             if (k == 0)
                 MESSAGE(std::string(c.name) << ": " << want[0].generated.size() << " tokens then " << want.size() - 1
-                                            << " turn(s), stop '" << want[0].stop_reason << "', " << n_ahead
+                                            << " turn(s), stop '" << stop_reason_text(want[0].stop_reason) << "', " << n_ahead
                                             << " steps queued ahead");
             CHECK(n_ahead > int64_t(want[0].generated.size()) / 2);
         }

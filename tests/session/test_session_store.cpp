@@ -425,7 +425,7 @@ TEST_CASE("session: full blocks are mapped into untouched pool memory copy-on-wr
         CHECK(r.n_blocks_read == (kv == DType::f32 ? 1u : 3u));
         Sampler sampler(options.sampling);
         GenerationResult g = generate(engine, seq, {m.tokens[44]}, 8, sampler, [](const std::string&) {});
-        CHECK(g.stop_reason == "token limit");
+        CHECK(g.stop_reason == StopReason::token_limit);
         engine.prefix_cache().release(seq);
         if (kv != DType::f32) continue;
         // Every block free again; a prompt that needs nearly the whole pool writes into the mapped ones.
