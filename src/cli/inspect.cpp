@@ -8,23 +8,13 @@
 #include "cli/cli.h"
 #include "compute/backend.h"
 #include "format/model_file.h"
+#include "util/byte_size.h"
 #include "util/error.h"
 #include "util/output.h"
 
 namespace kvlm {
 
 namespace {
-
-std::string human_bytes(uint64_t n) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double value = double(n);
-    int unit = 0;
-    while (value >= 1024.0 && unit < 4) {
-        value /= 1024.0;
-        unit++;
-    }
-    return unit == 0 ? fmt::format("{} B", n) : fmt::format("{:.2f} {}", value, units[unit]);
-}
 
 std::string human_count(int64_t n) {
     if (n >= 1000000000) return fmt::format("{:.2f}B", n / 1e9);
@@ -74,7 +64,7 @@ void print_text(const ModelFile& model, const std::vector<std::pair<std::string,
 
     line(fmt::format("model:        {}", model.path()));
     line(fmt::format("source:       {}", m.source.empty() ? "(unknown)" : m.source));
-    line(fmt::format("file size:    {} bytes ({})", model.file_size(), human_bytes(model.file_size())));
+    line(fmt::format("file size:    {} bytes ({})", model.file_size(), byte_size_display(model.file_size(), 2)));
     line(fmt::format("fingerprint:  {}", model.fingerprint()));
     line("");
     line(fmt::format("architecture: {}", c.architecture));
@@ -127,7 +117,7 @@ void print_text(const ModelFile& model, const std::vector<std::pair<std::string,
                          shape_string(info.shape), info.n_bytes));
         total += info.n_bytes;
     }
-    line(fmt::format("  total tensor bytes: {} ({})", total, human_bytes(total)));
+    line(fmt::format("  total tensor bytes: {} ({})", total, byte_size_display(total, 2)));
     line("");
 
     line(fmt::format("KV cache: {} layers x 2 (K, V) x {} KV heads x head_dim {} per token", c.n_layers, c.n_kv_heads,
@@ -137,7 +127,7 @@ void print_text(const ModelFile& model, const std::vector<std::pair<std::string,
     line(header);
     for (const KvPlan& plan : kv_plans(c)) {
         std::string row = fmt::format("  {:<8}  {:>12}  {:>22}", dtype_name(plan.dtype), plan.bytes_per_token,
-                                      human_bytes(plan.bytes_per_token * uint64_t(c.n_ctx)));
+                                      byte_size_display(plan.bytes_per_token * uint64_t(c.n_ctx), 2));
         for (const auto& budget : budgets) row += fmt::format("  {:>16}", budget.second / plan.bytes_per_token);
         line(row);
     }
@@ -211,7 +201,7 @@ int cmd_inspect(const InspectOptions& options) {
     auto model = ModelFile::open(options.model_path);
     if (options.verify) {
         std::fprintf(stderr, "verifying %zu tensors (%s)...\n", model->tensors().size(),
-                     human_bytes(model->file_size()).c_str());
+                     byte_size_display(model->file_size(), 2).c_str());
         model->verify();  // throws naming the first corrupted tensor; nothing was printed on stdout yet
     }
     if (options.json) print_json(*model, budgets, options.verify);

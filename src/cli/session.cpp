@@ -17,22 +17,12 @@
 #include "session/session_run.h"
 #include "session/session_store.h"
 #include "tokenizer/tokenizer.h"
+#include "util/byte_size.h"
 #include "util/error.h"
 
 namespace kvlm {
 
 namespace {
-
-std::string human_bytes(uint64_t n) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = double(n);
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        u++;
-    }
-    return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
-}
 
 std::string time_text(int64_t unix_seconds) {
     std::time_t t = std::time_t(unix_seconds);
@@ -63,9 +53,9 @@ int session_ls(SessionStore& store) {
             notes += fmt::format("{}{} of {} blocks missing", notes.empty() ? "" : ", ",
                                  m.blocks.size() - size_t(s.n_blocks_present), m.blocks.size());
         std::printf("%-24s %8zu %8d %10s  %-19s %s\n", s.name.c_str(), m.tokens.size(), m.n_kv_tokens,
-                    human_bytes(s.bytes).c_str(), time_text(m.last_used_unix).c_str(), notes.c_str());
+                    byte_size_display(s.bytes, 1).c_str(), time_text(m.last_used_unix).c_str(), notes.c_str());
     }
-    std::printf("total %s in %s\n", human_bytes(store.total_bytes()).c_str(), store.dir().c_str());
+    std::printf("total %s in %s\n", byte_size_display(store.total_bytes(), 1).c_str(), store.dir().c_str());
     return 0;
 }
 
@@ -178,7 +168,7 @@ int cmd_session(const SessionOptions& options) {
         what += fmt::format("{}{} block file(s) no other session uses", what.empty() ? "" : " and ",
                             r.n_blocks_removed);
         std::fprintf(stderr, "removed session '%s' from %s: %s; freed %s\n", options.name.c_str(), store.dir().c_str(),
-                     what.c_str(), human_bytes(r.bytes_freed).c_str());
+                     what.c_str(), byte_size_display(r.bytes_freed, 1).c_str());
         return 0;
     }
     if (a == "pin" || a == "unpin") {
@@ -192,7 +182,7 @@ int cmd_session(const SessionOptions& options) {
         uint64_t quota = options.quota.empty() ? 0 : parse_byte_size(options.quota, "--quota");
         GcReport r = store.collect(nullptr, quota);
         std::printf("removed %d unreferenced file(s), evicted %d block(s) for the quota, freed %s; store is now %s\n",
-                    r.n_removed, r.n_evicted, human_bytes(r.bytes_freed).c_str(), human_bytes(r.bytes_after).c_str());
+                    r.n_removed, r.n_evicted, byte_size_display(r.bytes_freed, 1).c_str(), byte_size_display(r.bytes_after, 1).c_str());
         return 0;
     }
     throw_error("kvlm session: unknown action '{}'", a);

@@ -60,4 +60,15 @@ std::string byte_size_text(uint64_t bytes) {
     return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + units[u];
 }
 
+std::string byte_size_display(uint64_t bytes, int decimals) {
+    static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = double(bytes);
+    int u = 0;
+    while (value >= 1024.0 && u < 4) {
+        value /= 1024.0;
+        u++;
+    }
+    return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.{}f} {}", value, decimals, units[u]);
+}
+
 }  // namespace kvlm
