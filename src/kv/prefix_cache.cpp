@@ -59,6 +59,19 @@ struct PrefixCache::Impl {
         pool.release(block);
     }
 
+    // The index node `node` (whose block only the index references) now names `block`, which holds the same
+    // tokens; the old block is freed.
+    void repoint(Node& node, int32_t block) {
+        const int32_t old = node.block;
+        pool.retain(block);
+        block_hash[size_t(block)] = block_hash[size_t(old)];
+        indexed[size_t(block)] = 1;
+        indexed[size_t(old)] = 0;
+        pool.release(old);
+        node.block = block;
+        node.last_used = ++tick;
+    }
+
     bool is_leaf(const BlockHash& hash) const { return n_children.find(hash) == n_children.end(); }
 
     // Evicts the least recently used unreferenced leaf. Linear in the index: it runs only when the free
@@ -189,7 +202,16 @@ void PrefixCache::commit(Sequence& seq) {
             continue;
         }
         BlockHash hash = chain_block_hash(parent, seq.tokens.data() + size_t(i) * size_t(bs), bs);
-        if (m.index.find(hash) == m.index.end()) m.insert(block, hash, parent);
+        auto it = m.index.find(hash);
+        if (it == m.index.end()) {
+            m.insert(block, hash, parent);
+        } else if (m.pool.refcount(it->second.block) == 1) {
+            // The same tokens were cached before (an earlier sample that began alike) and nobody uses that copy:
+            // the index takes this sequence's block instead. Left as it was, the old copy could never be evicted
+            // (this chain's next block names it as parent) nor reused by this sequence: a block lost per
+            // duplicate, enough to fill a pool sized for the context.
+            m.repoint(it->second, block);
+        }
         parent = hash;
     }
 }

@@ -97,6 +97,28 @@ TEST_CASE("run --samples: N completions of one prefilled prompt, the first equal
     CHECK(std::stoi(m[1].str()) == 90);  // 3 x -n 30 (stories260K does not end its stories early)
 }
 
+TEST_CASE("run --samples without -n: each sample is its solo run, however alike they begin") {
+    // Samples run in turn and each goes to a full context. Samples that begin alike fill their first blocks with
+    // the same tokens; the copies an earlier sample cached must not stay pinned in a pool sized for one
+    // context (sample 2 stopped at 47 of 63 tokens: "KV cache full").
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    const std::vector<std::string> common = {"-p", "Once", "-c", "64", "--temp", "0.8"};
+    auto with = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), common.begin(), common.end());
+        return run(extra);
+    };
+    CliResult three = with({"--samples", "3", "--seed", "1"});
+    REQUIRE_MESSAGE(three.exit_code == 0, three.err);
+    CHECK_MESSAGE(three.err.find("KV cache full") == std::string::npos, three.err);
+    CHECK(count(three.err, "context full") == 3);
+    const std::vector<std::string> samples = split_samples(three.out);
+    REQUIRE(samples.size() == 3);
+    for (int i = 0; i < 3; i++) {
+        CAPTURE(i);
+        CHECK(samples[size_t(i)] == with({"--seed", std::to_string(1 + i), "-q"}).out);
+    }
+}
+
 TEST_CASE("run --samples: greedy samples are all equal; bad counts are errors") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     CliResult greedy = run({"-p", "Lily", "-n", "20", "--temp", "0", "--samples", "4", "-q"});

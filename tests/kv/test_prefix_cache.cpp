@@ -182,6 +182,32 @@ TEST_CASE("prefix_cache: forked sequences diverging inside a shared block each g
     rig.check_only_cache_references();
 }
 
+TEST_CASE("prefix_cache: a fork that writes tokens already cached takes over the unused copy, leaving none pinned") {
+    // Two forks of one partial prompt block, one after the other, that fill their first block alike and then
+    // part (as --samples do when samples begin alike): a pool of the prompt's block plus one sequence's three
+    // blocks must hold the second fork too, so the first's cached copy of the common block may not stay
+    // pinned (the second's next block names its hash as parent, so it is no leaf to evict).
+    Rig rig(4, 4);
+    const std::vector<int32_t> prompt = random_tokens(2, 40), common = random_tokens(2, 41);
+    Sequence base;
+    rig.extend(base, prompt);
+    for (uint64_t seed : {42, 43}) {
+        Sequence s = rig.cache->fork(base);
+        std::vector<int32_t> tokens = concat(prompt, common);
+        rig.extend(s, common);  // block 0 full: the same tokens in both forks
+        for (int32_t i = 0; i < 8; i++) {
+            const std::vector<int32_t> next = random_tokens(1, seed * 100 + uint64_t(i));
+            tokens.push_back(next[0]);
+            CHECK(same_bits(rig.extend(s, next), rig.scratch(tokens)));
+        }
+        CHECK(s.table.blocks.size() == 3);
+        CHECK(rig.all_cached(s));
+        rig.cache->release(s);
+    }
+    rig.cache->release(base);
+    rig.check_only_cache_references();
+}
+
 TEST_CASE("prefix_cache: eviction under pressure takes LRU leaves first and stays exact") {
     Rig rig(12, 4);
     std::vector<int32_t> ta = random_tokens(16, 10), tb = random_tokens(16, 11), tc = random_tokens(16, 12),
