@@ -379,16 +379,18 @@ int cmd_run(const RunOptions& options) {
 
     EngineOptions engine_options = to_engine_options(options.engine, &options.session);
     // A fork writing past the prompt copies the prompt's shared last block: one block beyond the context. Samples
-    // decoded together (samples_together) hold their blocks at once: each past the first needs room for its
-    // -n tokens and its copy of that block.
-    engine_options.n_spare_blocks = options.n_samples > 1 ? 1 : 0;
-    // Beams hold their blocks at once too: each past the first, room for its -n tokens and a copied block.
-    if (options.n_beams > 1)
-        engine_options.n_spare_blocks =
-            (options.n_beams - 1) * ((options.n_predict + engine_options.block_size - 1) / engine_options.block_size + 1) + 1;
-    if (options.n_samples > 1 && options.n_predict >= 0)
-        engine_options.n_spare_blocks +=
-            (options.n_samples - 1) * ((options.n_predict + engine_options.block_size - 1) / engine_options.block_size + 1);
+    // decoded together (samples_together: with -n) and beams hold their blocks at once: each past the first
+    // needs room for its -n tokens and its copy of that block (the engine caps -n by the context).
+    engine_options.n_spare_blocks = options.n_samples > 1 || options.n_beams > 1 ? 1 : 0;
+    if (options.n_beams > 1) {
+        engine_options.n_parallel_extra = options.n_beams - 1;
+        engine_options.parallel_new_tokens = options.n_predict;
+        engine_options.parallel_flag = fmt::format("--beams {}", options.n_beams);
+    } else if (options.n_samples > 1 && options.n_predict >= 0) {
+        engine_options.n_parallel_extra = options.n_samples - 1;
+        engine_options.parallel_new_tokens = options.n_predict;
+        engine_options.parallel_flag = fmt::format("--samples {}", options.n_samples);
+    }
     engine_options.quiet = options.quiet;
     engine_options.verbose = options.verbose;
     Engine engine(options.engine.model_path, engine_options);

@@ -30,6 +30,9 @@ struct BackendOptions {
     // The CUDA backend's own switches and launch rules (cuda/backend/cuda_settings.h); null: the CUDA backend
     // reads them from the KVLM_CUDA_* environment variables. Nothing outside cuda/ looks inside.
     std::shared_ptr<const CudaSettings> cuda;
+    // What a user lowers first when the pool does not fit, before kv_pool_advice's own ("lower --samples or -n
+    // (...)"); "" for none.
+    std::string pool_advice;
     // > 0 (--kv-mem N%): grow the pool past n_kv_blocks to this fraction of the memory still free once the
     // weights and scratch are in place (device memory for CUDA, MemAvailable for the CPU).
     double kv_mem_fraction = 0;
@@ -42,6 +45,9 @@ struct DevicePeaks {
     double bf16_tflops = 0;   // dense bf16 tensor-core throughput with f32 accumulation, TFLOP/s
     std::string source;       // where the figures come from ("datasheet: H100 SXM5", "clock x bus width")
 };
+
+// The most physical KV blocks a pool may have (block ids are int32_t; kv_blocks_for_free_memory caps there too).
+constexpr int64_t kMaxKvBlocks = int64_t(1) << 30;
 
 // One decode step that picks its next token where the logits are (Backend::decode_sample): the sampler's
 // settings (generate/sampler.h), the distinct tokens its repetition penalty touches this step, and the

@@ -45,12 +45,13 @@ int32_t kv_blocks_for_free_memory(int32_t minimum, const BackendOptions& options
                                   size_t block_bytes) {
     if (options.kv_mem_fraction <= 0 || block_bytes == 0) return minimum;
     double blocks = options.kv_mem_fraction * double(free_bytes) / double(block_bytes);
-    blocks = std::min(blocks, double(int64_t(1) << 30));
+    blocks = std::min(blocks, double(kMaxKvBlocks));
     return std::max(minimum, int32_t(blocks));
 }
 
 std::string kv_pool_advice(const ModelConfig& config, const BackendOptions& options) {
     std::string advice = options.kv_blocks_from_mem_size ? "lower --kv-mem or --ctx-size (-c)" : "lower --ctx-size (-c)";
+    if (!options.pool_advice.empty()) advice = options.pool_advice + ", " + advice;
     if (options.kv_dtype == DType::f32) advice += ", or halve it with --kv-dtype f16";
     else if (options.kv_dtype != DType::q8_0 && config.head_dim % kQuantBlock == 0) advice += ", or halve it with --kv-dtype q8_0";
     return advice;

@@ -135,11 +135,30 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
         if (n_blocks == 0)
             throw_error("--kv-mem: {} bytes is less than one KV block ({} bytes for {} tokens)", options.kv_mem_bytes,
                         block_bytes, options.block_size);
-        backend_options.n_kv_blocks = int32_t(std::min<uint64_t>(n_blocks, uint64_t(1) << 30));
+        backend_options.n_kv_blocks = int32_t(std::min<uint64_t>(n_blocks, uint64_t(kMaxKvBlocks)));
         backend_options.kv_blocks_from_mem_size = true;
     } else {
-        if (options.n_spare_blocks < 0) throw_error("n_spare_blocks = {} must not be negative", options.n_spare_blocks);
-        backend_options.n_kv_blocks = int32_t(blocks_for_ctx + options.n_spare_blocks);
+        KVLM_ASSERT(options.n_spare_blocks >= 0 && options.n_parallel_extra >= 0 && options.parallel_new_tokens >= 0,
+                    "negative spare blocks or parallel sequences");
+        // Each parallel sequence writes at most the context's worth of new tokens, whatever -n says.
+        const int64_t per_sequence =
+            (std::min<int64_t>(options.parallel_new_tokens, n_ctx_) + options.block_size - 1) / options.block_size + 1;
+        const int64_t n_blocks =
+            blocks_for_ctx + options.n_spare_blocks + int64_t(options.n_parallel_extra) * per_sequence;
+        if (n_blocks > kMaxKvBlocks)
+            throw_error("{} with up to {} new tokens each needs a KV pool of {} blocks ({}), more than kvlm can hold "
+                        "({} blocks); lower {} or -n",
+                        options.parallel_flag, std::min<int64_t>(options.parallel_new_tokens, n_ctx_), n_blocks,
+                        byte_size_text(uint64_t(n_blocks) * kv_bytes_per_token(config, kv_dtype_) *
+                                       uint64_t(options.block_size)),
+                        kMaxKvBlocks, options.parallel_flag.substr(0, options.parallel_flag.find(' ')));
+        backend_options.n_kv_blocks = int32_t(n_blocks);
+        if (options.n_parallel_extra > 0)
+            backend_options.pool_advice =
+                fmt::format("lower {} or -n (each of the {} sequences holds up to {} new tokens)",
+                            options.parallel_flag.substr(0, options.parallel_flag.find(' ')),
+                            int64_t(options.n_parallel_extra) + 1,
+                            std::min<int64_t>(options.parallel_new_tokens, n_ctx_));
         backend_options.kv_mem_fraction = options.kv_mem_fraction;  // the backend may grow the pool from there
     }
 

@@ -31,6 +31,12 @@ struct EngineOptions {
     std::string kv_dtype_why;     // why kv_dtype was chosen, for the device line (e.g. "session 's' has it")
     int32_t n_spare_blocks = 0;   // KV blocks beyond the context when kv_mem_bytes is 0 (copy-on-write room
                                   // for sequences forked from a shared prompt)
+    // Sequences that decode beside the first (--samples, --beams) when kv_mem_bytes is 0: each gets room for up
+    // to parallel_new_tokens new tokens (capped by the context) and its copy of the prompt's last block.
+    // parallel_flag names what asked for them in messages ("--samples 3").
+    int32_t n_parallel_extra = 0;
+    int64_t parallel_new_tokens = 0;
+    std::string parallel_flag;
     bool quiet = false;           // no informational lines on stderr
     bool verbose = false;         // also the device line: which device and why (-v)
     // Tests: wraps the backend the engine picked (a stand-in with another backend's behaviour over it).

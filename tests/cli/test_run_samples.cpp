@@ -119,6 +119,28 @@ TEST_CASE("run --samples without -n: each sample is its solo run, however alike 
     }
 }
 
+TEST_CASE("run --samples and --beams: the pool is sized for at most a context per sequence, in 64 bits") {
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    // -n past int32's blocks: sized as -n of the context (it overflowed to "n_spare_blocks = -268435451").
+    CliResult huge_n = run({"-p", "Once", "--samples", "3", "-n", "2147483647", "-c", "64", "--temp", "0.8"});
+    REQUIRE_MESSAGE(huge_n.exit_code == 0, huge_n.err);
+    CHECK(count(huge_n.err, "context full") == 3);
+    CHECK(split_samples(huge_n.out).size() == 3);
+    // 64 beams of -n 1000000 on a 64-token context: 64 contexts' worth of blocks, not a million tokens each.
+    CliResult beams = run({"-p", "Once", "--beams", "64", "-n", "1000000", "-c", "64", "-v"});
+    REQUIRE_MESSAGE(beams.exit_code == 0, beams.err);
+    CHECK_MESSAGE(beams.err.find("| stop: context full") != std::string::npos,
+                  beams.err);
+    // A pool past what kvlm can address names the flag to lower, and exits non-zero.
+    CliResult too_many = run({"-p", "Once", "--samples", "100000000", "-n", "2048"});
+    CHECK(too_many.exit_code != 0);
+    CHECK(too_many.out.empty());
+    CHECK_MESSAGE(too_many.err.find("--samples 100000000 with up to 2048 new tokens each needs a KV pool of") !=
+                      std::string::npos,
+                  too_many.err);
+    CHECK_MESSAGE(too_many.err.find("lower --samples or -n") != std::string::npos, too_many.err);
+}
+
 TEST_CASE("run --samples: greedy samples are all equal; bad counts are errors") {
     if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
     CliResult greedy = run({"-p", "Lily", "-n", "20", "--temp", "0", "--samples", "4", "-q"});
