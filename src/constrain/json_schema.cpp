@@ -20,6 +20,11 @@ namespace {
 constexpr int32_t kMaxSchemaDepth = 32;
 constexpr int32_t kMaxRefDepth = 16;
 constexpr int32_t kMaxNumberDigits = 16;  // integer digits (and fraction digits) a number may have
+// Regex nodes a schema may expand to, counted as they are made: a $ref is compiled anew wherever it is used, and
+// an object's optional properties are copied once per member that may come first, so a 1 KB schema of nested
+// $refs can ask for billions. About 100 bytes a node: the tree stays under ~30 MB, and a schema past it stops
+// in well under a second, naming the place that pushed it over.
+constexpr size_t kMaxSchemaNodes = 300'000;
 
 RegexNode lit(std::string_view text) { return RegexNode::literal(text); }
 RegexNode re(std::string_view pattern) { return parse_regex(pattern, "kvlm's built-in pattern"); }
@@ -131,7 +136,7 @@ public:
         if (depth > kMaxSchemaDepth) fail(at, fmt::format("the schema nests deeper than {} levels", kMaxSchemaDepth));
         if (s.is_boolean()) {
             if (!s.get<bool>()) fail(at, "the schema false allows no value");
-            return any_value(kAnyJsonDepth);
+            return counted(any_value(kAnyJsonDepth), at);
         }
         if (!s.is_object()) fail(at, fmt::format("a schema must be an object or a boolean, not {}", json_excerpt(s)));
         check_keywords(s, at);
@@ -147,14 +152,7 @@ public:
                 options.push_back(compile(branches[i], fmt::format("{}/{}/{}", at, key, i), depth + 1));
             return RegexNode::either(std::move(options));
         }
-        if (s.contains("const")) return lit(python_style_json(s["const"]));
-        if (s.contains("enum")) {
-            const Json& values = s["enum"];
-            if (!values.is_array() || values.empty()) fail(at, "\"enum\" must be a non-empty array");
-            std::vector<RegexNode> options;
-            for (const Json& v : values) options.push_back(lit(python_style_json(v)));
-            return RegexNode::either(std::move(options));
-        }
+        if (s.contains("const") || s.contains("enum")) return enumerated(s, at, depth);
         std::vector<std::string> types;
         if (s.contains("type")) {
             const Json& t = s["type"];
@@ -176,7 +174,7 @@ public:
                    s.contains("maxLength")) {
             types.push_back("string");
         } else {
-            return any_value(kAnyJsonDepth);
+            return counted(any_value(kAnyJsonDepth), at);
         }
         std::vector<RegexNode> options;
         for (const std::string& type : types) options.push_back(of_type(s, type, at, depth));
@@ -187,6 +185,49 @@ private:
     const Json& root_;
     std::string_view what_;
     int32_t ref_depth_ = 0;
+    size_t n_nodes_ = 0;  // regex nodes made so far (kMaxSchemaNodes)
+
+    // Counts n more regex nodes made at `at`; past the budget, fails there before they are made.
+    void charge(size_t n, const std::string& at) {
+        n_nodes_ += n;
+        if (n_nodes_ > kMaxSchemaNodes)
+            fail(at, fmt::format("the schema expands to more than {} regex nodes here (every \"$ref\" is copied where "
+                                 "it is used, an object's optional properties once per property that may come first, "
+                                 "every enum value spelled out): nest fewer references, mark properties required "
+                                 "or list fewer values",
+                                 kMaxSchemaNodes));
+    }
+    RegexNode counted(RegexNode node, const std::string& at) {
+        charge(regex_node_count(node), at);
+        return node;
+    }
+
+    // "const" and "enum": the listed values' text, of which only what every other keyword beside them allows
+    // (an output that is one of the values but fails its "type", "maxLength" or "properties" would fail the schema).
+    RegexNode enumerated(const Json& s, const std::string& at, int32_t depth) {
+        std::vector<RegexNode> allowed;
+        if (s.contains("const")) allowed.push_back(lit(python_style_json(s["const"])));
+        if (s.contains("enum")) {
+            const Json& values = s["enum"];
+            if (!values.is_array() || values.empty()) fail(at, "\"enum\" must be a non-empty array");
+            std::vector<RegexNode> options;
+            for (const Json& v : values) options.push_back(lit(python_style_json(v)));
+            allowed.push_back(RegexNode::either(std::move(options)));
+        }
+        for (const RegexNode& values : allowed) charge(regex_node_count(values), at);
+        Json rest = s;
+        rest.erase("const");
+        rest.erase("enum");
+        for (auto it = rest.begin(); it != rest.end(); ++it) {
+            if (!is_annotation(it.key()) && it.key() != "$defs" && it.key() != "definitions") {
+                allowed.push_back(compile(rest, at, depth));
+                break;
+            }
+        }
+        RegexNode node = std::move(allowed[0]);
+        for (size_t i = 1; i < allowed.size(); i++) node = RegexNode::both(std::move(node), std::move(allowed[i]));
+        return node;
+    }
 
     static std::string where(const std::string& at) { return at.empty() ? "the top level" : at; }
     [[noreturn]] void fail(const std::string& at, const std::string& why) const {
@@ -199,15 +240,19 @@ private:
                                                          "maxItems",  "anyOf",      "oneOf",    "minLength",
                                                          "maxLength", "pattern",    "format",   "$ref",
                                                          "$defs",     "definitions"};
-        static const std::set<std::string> kAnnotations = {"title",    "description", "$schema", "$id",
-                                                           "$comment", "examples",    "default", "deprecated",
-                                                           "readOnly", "writeOnly"};
         for (auto it = s.begin(); it != s.end(); ++it)
-            if (!kSupported.count(it.key()) && !kAnnotations.count(it.key()))
+            if (!kSupported.count(it.key()) && !is_annotation(it.key()))
                 fail(at, fmt::format("unsupported keyword \"{}\" (kvlm supports type, properties, required, "
                                      "additionalProperties, enum, const, items, minItems, maxItems, anyOf, oneOf, "
                                      "minLength, maxLength, pattern, format, $ref and $defs; docs/CONSTRAINED.md)",
                                      it.key()));
+    }
+
+    static bool is_annotation(const std::string& key) {
+        static const std::set<std::string> kAnnotations = {"title",    "description", "$schema", "$id",
+                                                           "$comment", "examples",    "default", "deprecated",
+                                                           "readOnly", "writeOnly"};
+        return kAnnotations.count(key) > 0;
     }
 
     void only_annotations_beside(const Json& s, const char* key, const std::string& at) const {
@@ -253,18 +298,19 @@ private:
     }
 
     RegexNode of_type(const Json& s, const std::string& type, const std::string& at, int32_t depth) {
-        if (type == "null") return lit("null");
-        if (type == "boolean") return RegexNode::either({lit("true"), lit("false")});
-        if (type == "integer") return integer_regex();
-        if (type == "number") return number_regex();
-        if (type == "string") return string_of(s, at);
+        if (type == "null") return counted(lit("null"), at);
+        if (type == "boolean") return counted(RegexNode::either({lit("true"), lit("false")}), at);
+        if (type == "integer") return counted(integer_regex(), at);
+        if (type == "number") return counted(number_regex(), at);
+        if (type == "string") return counted(string_of(s, at), at);
         if (type == "array") {
             const int32_t n_min = count(s, "minItems", 0, at), n_max = count(s, "maxItems", -1, at);
             if (n_max >= 0 && n_max < n_min) fail(at, "\"maxItems\" is below \"minItems\"");
             if (s.contains("items") && s["items"].is_array())
                 fail(at, "\"items\" as an array (tuples) is not supported: give one schema for every item");
-            RegexNode item =
-                s.contains("items") ? compile(s["items"], at + "/items", depth + 1) : any_value(kAnyJsonDepth - 1);
+            RegexNode item = s.contains("items") ? compile(s["items"], at + "/items", depth + 1)
+                                                 : counted(any_value(kAnyJsonDepth - 1), at);
+            charge(regex_node_count(item), at);  // array_of copies it once more
             return array_of(item, n_min, n_max);
         }
         if (type == "object") return object_of(s, at, depth);
@@ -332,7 +378,8 @@ private:
         if (!properties || properties->empty()) {
             if (additional.is_boolean() && !additional.get<bool>()) return lit("{}");
             RegexNode value = additional.is_object() ? compile(additional, at + "/additionalProperties", depth + 1)
-                                                     : any_value(kAnyJsonDepth - 1);
+                                                     : counted(any_value(kAnyJsonDepth - 1), at);
+            charge(regex_node_count(value) + 8, at);  // map_of copies it once more
             return map_of(value);
         }
         // With properties, only they are written (extra ones would be valid unless additionalProperties is false,
@@ -343,6 +390,15 @@ private:
                                                     compile(it.value(), where, depth + 1)}),
                                required.count(it.key()) > 0});
         }
+        // Every body copies the members from its first one on: charged before they are made.
+        std::vector<size_t> sizes;
+        for (const Member& m : members) sizes.push_back(regex_node_count(m.node) + 2);
+        size_t n_copied = 0;
+        for (size_t first = 0; first < members.size(); first++) {
+            for (size_t j = first; j < members.size(); j++) n_copied += sizes[j];
+            if (members[first].required) break;
+        }
+        charge(n_copied, at);
         std::vector<RegexNode> bodies;
         for (size_t first = 0; first < members.size(); first++) {
             std::vector<RegexNode> parts{members[first].node};

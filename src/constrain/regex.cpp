@@ -401,6 +401,12 @@ RegexNode RegexNode::literal(std::string_view utf8) {
 
 RegexNode parse_regex(std::string_view pattern, std::string_view what) { return Parser(pattern, what).parse(); }
 
+size_t regex_node_count(const RegexNode& node) {
+    size_t n = 1;
+    for (const RegexNode& child : node.children) n += regex_node_count(child);
+    return n;
+}
+
 void restrict_chars(RegexNode& node, const CharSet& allowed) {
     if (node.kind == RegexNode::Kind::chars) node.chars = intersection(node.chars, allowed);
     for (RegexNode& child : node.children) restrict_chars(child, allowed);

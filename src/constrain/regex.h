@@ -47,6 +47,9 @@ constexpr size_t kMaxRegexLength = 16384;  // pattern bytes
 // `what` names the pattern's origin in messages ("--regex", "schema pattern at /properties/id").
 RegexNode parse_regex(std::string_view pattern, std::string_view what = "regex");
 
+// Nodes in the tree, `node` included (what building it cost: a compiler's budget counts them).
+size_t regex_node_count(const RegexNode& node);
+
 // Every character set in `node` intersected with `allowed` (a JSON string's pattern may not produce '"').
 void restrict_chars(RegexNode& node, const CharSet& allowed);
 

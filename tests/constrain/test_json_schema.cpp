@@ -124,11 +124,13 @@ TEST_CASE("json schema: unsupported or broken schemas are errors naming the keyw
     CHECK(contains(error_of("false"), "allows no value"));
     CHECK(contains(error_of(R"({"anyOf": []})"), "non-empty array"));
     CHECK(contains(error_of(R"({"anyOf": [{"type": "null"}], "type": "string"})"), "beside \"anyOf\""));
-    // A huge enum is refused by the automaton's bound, not built.
+    // A huge enum is refused by the compiler's node budget, not built.
     std::string big = R"({"enum": [)";
     for (int i = 0; i < 60000; i++) big += (i ? ", " : "") + std::string("\"value number ") + std::to_string(i) + "\"";
     big += "]}";
-    CHECK(contains(error_of(big), "too large"));
+    CHECK(contains(error_of(big), "more than 300000 regex nodes"));
+    // Few nodes that expand to many NFA states meet the automaton's bound (1,000,000 states), not built.
+    CHECK(contains(error_of(R"({"type": "string", "pattern": "(ab{1000}){1000}"})"), "too large"));
     // Nesting deeper than the compiler's bound.
     std::string deep;
     for (int i = 0; i < 40; i++) deep += R"({"type": "array", "items": )";
@@ -146,4 +148,69 @@ TEST_CASE("json schema: unsupported or broken schemas are errors naming the keyw
     } catch (const Error& e) {
         CHECK(contains(e.what(), "/nonexistent/schema.json: cannot open it"));
     }
+}
+
+namespace {
+
+// $defs L0..L{depth-1}, each an object of `fan` optional properties that all $ref the next level, the last an
+// integer, the top a $ref to L0 (the outside probe's schema bomb: 1 KB, billions of regex nodes expanded).
+std::string ref_bomb(int fan, int depth) {
+    Json defs = Json::object();
+    for (int level = 0; level <= depth; level++) {
+        Json def = Json::object();
+        if (level == depth) {
+            def["type"] = "integer";
+        } else {
+            def["type"] = "object";
+            for (int i = 0; i < fan; i++)
+                def["properties"]["p" + std::to_string(i)] = {{"$ref", "#/$defs/L" + std::to_string(level + 1)}};
+        }
+        defs["L" + std::to_string(level)] = def;
+    }
+    return Json{{"$defs", defs}, {"$ref", "#/$defs/L0"}}.dump();
+}
+
+}  // namespace
+
+TEST_CASE("json schema: a schema that expands past the budget stops while expanding, naming where") {
+    // Fan-out x depth: 3 x 6 took 1.8 s and 272 MB, 3 x 7 11 s and 1.4 GB, 4 x 10 and 10 x 14 were killed at 60 s.
+    // Each is refused within the node budget (~30 MB of tree), whatever its expansion would be.
+    for (auto [fan, depth] : {std::pair{3, 6}, {3, 7}, {4, 10}, {10, 14}}) {
+        CAPTURE(fan);
+        CAPTURE(depth);
+        const std::string error = error_of(ref_bomb(fan, depth));
+        CHECK_MESSAGE(contains(error, "the schema expands to more than 300000 regex nodes here"), error);
+        CHECK_MESSAGE(contains(error, "--json-schema at /$defs/L"), error);
+    }
+    // Small ones of the same shape compile.
+    for (auto [fan, depth] : {std::pair{2, 3}, {3, 3}, {4, 2}}) {
+        CAPTURE(fan);
+        CAPTURE(depth);
+        CHECK(error_of(ref_bomb(fan, depth)).empty());
+    }
+}
+
+TEST_CASE("json schema: enum and const hold every keyword beside them, or no text matches") {
+    // The probe's outputs that failed their own schema with exit 0: now refused, or only the values that pass.
+    CHECK(contains(error_of(R"({"type": "string", "enum": [1, 2, 3]})"), "no text matches it"));
+    CHECK(contains(error_of(R"({"type": "integer", "const": "x"})"), "no text matches it"));
+    CHECK(contains(error_of(R"({"type": "string", "const": "abc", "pattern": "x+"})"), "no text matches it"));
+    CHECK(contains(error_of(R"({"type": "object", "const": {"a": 1}, "properties": {"a": {"type": "string"}}})"),
+                   "no text matches it"));
+    const Json short_enum = Json::parse(R"({"enum": ["aaaa", "bb", "c"], "maxLength": 2})");
+    CHECK(accepts(short_enum, R"("bb")"));
+    CHECK(accepts(short_enum, R"("c")"));
+    CHECK_FALSE(accepts(short_enum, R"("aaaa")"));
+    const Json mixed = Json::parse(R"({"type": "string", "enum": ["a", 1, "bb", null]})");
+    CHECK(accepts(mixed, R"("a")"));
+    CHECK(accepts(mixed, R"("bb")"));
+    CHECK_FALSE(accepts(mixed, "1"));
+    CHECK_FALSE(accepts(mixed, "null"));
+    const Json both = Json::parse(R"({"enum": [1, 2, 3], "const": 2, "type": "integer"})");
+    CHECK(accepts(both, "2"));
+    CHECK_FALSE(accepts(both, "1"));
+    const Json object = Json::parse(R"({"const": {"a": "x"}, "properties": {"a": {"type": "string"}}})");
+    CHECK(accepts(object, R"({"a": "x"})"));
+    // Annotations beside them change nothing.
+    CHECK(accepts(Json::parse(R"({"const": 5, "title": "five", "description": "d"})"), "5"));
 }
