@@ -36,9 +36,7 @@ using namespace attention_detail;
 constexpr int kPersistentThreads = kAttnThreads;  // attention's block size; the GEMV stages take 4 warps a block
 // The kernel's static shared arrays (declared at the top of decode_persistent_kernel, the grouped variant's
 // sizes): what the device's per-block limit leaves for the staged input is the limit less these.
-constexpr size_t kStaticSharedBytes = sizeof(float) * (kMaxWarps + AttnSharedSizes<kMaxGroupHeads>::kQ +
-                                                       AttnSharedSizes<kMaxGroupHeads>::kP + 3 * kMaxGroupHeads) +
-                                      sizeof(int64_t) * kAttnTile;
+constexpr size_t kStaticSharedBytes = sizeof(float) * kMaxWarps + sizeof(AttnShared<kMaxGroupHeads>);
 
 // The first load step of a warp's first row group in a GEMV stage: weights never change, so a warp issues
 // these loads before the grid barrier that makes the stage's input ready, and their round trip to L2/DRAM
@@ -175,14 +173,7 @@ __global__ void __launch_bounds__(kPersistentThreads, MinBlocks)
     extern __shared__ float4 x_shared4[];  // [max n_in]
     float* x_shared = reinterpret_cast<float*>(x_shared4);
     __shared__ float warp_sums[kMaxWarps];
-    using Sizes = AttnSharedSizes<MaxHeads>;
-    __shared__ float q_s[Sizes::kQ];
-    __shared__ float p_s[Sizes::kP];
-    __shared__ int64_t offset_s[kAttnTile];
-    __shared__ float corr_s[MaxHeads];
-    __shared__ float m_s[MaxHeads];
-    __shared__ float l_s[MaxHeads];
-    const AttnShared attn_shared{q_s, p_s, offset_s, corr_s, m_s, l_s};
+    __shared__ AttnShared<MaxHeads> attn_shared;
     auto* barrier = static_cast<GridBarrierState*>(a.barrier);
     wait_for_prior_kernel();  // the token may be the prior step's pick
     const int32_t dim = a.dim, head_dim = a.layout.head_dim;

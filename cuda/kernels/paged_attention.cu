@@ -47,16 +47,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     paged_attention_kernel(float* out, float* partials, const float* q, const T* kv, KvLayout layout, int32_t layer,
                            const int32_t* block_table, const int32_t* positions, int32_t n_heads, AttnGeometry geo,
                            int32_t keys_per_split, float scale, const int32_t* row_tables) {
-    using Sizes = AttnSharedSizes<MaxHeads>;
-    __shared__ float q_s[Sizes::kQ];
-    __shared__ float p_s[Sizes::kP];
-    __shared__ int64_t offset_s[kAttnTile];
-    __shared__ float corr_s[MaxHeads];
-    __shared__ float m_s[MaxHeads];
-    __shared__ float l_s[MaxHeads];
+    __shared__ AttnShared<MaxHeads> attn_shared;
     wait_for_prior_kernel();  // q, the pool, positions and the table all come from before
     allow_next_kernel();
-    attention_block<T, Vec, MaxHeads>(AttnShared{q_s, p_s, offset_s, corr_s, m_s, l_s}, blockIdx.x, blockIdx.y,
+    attention_block<T, Vec, MaxHeads>(attn_shared, blockIdx.x, blockIdx.y,
                                       blockIdx.z, gridDim.x, out, partials, q, kv, layout, layer, block_table,
                                       positions, n_heads, geo, keys_per_split, scale, row_tables);
 }

@@ -1,6 +1,6 @@
 // Paged attention's block bodies (see paged_attention.cu for the layout and the launchers), shared by its
 // kernels and the persistent decode kernel (decode_persistent.cu), so that both give the same bits. Device
-// helpers only: the caller declares the shared arrays (AttnShared); no launches.
+// helpers only: the caller declares the shared arrays (an AttnShared); no launches.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -139,28 +139,26 @@ struct RowFrag {
 
 // MaxHeads: the most query heads a block takes (kMaxGroupHeads, or 1 for a block per head); registers and
 // unrolled head loops are sized by it.
-// The shared arrays of attention_block for MaxHeads, declared by its caller (the emulator rewrites
-// __shared__ declarations in .cu files only).
+// The shared arrays of attention_block for MaxHeads, as one object its caller declares __shared__ (the emulator
+// rewrites __shared__ declarations in .cu files only).
 template <int MaxHeads>
-struct AttnSharedSizes {
+struct AttnShared {
     // q_s: the heads' queries; after the key loop, the key groups' accumulators of one head.
     static constexpr int kQ = MaxHeads * kCudaMaxHeadDim > kSumElements ? MaxHeads* kCudaMaxHeadDim : kSumElements;
     static constexpr int kP = MaxHeads * kAttnTile;
-};
-struct AttnShared {
-    float* q_s;         // [AttnSharedSizes::kQ]
-    float* p_s;         // [AttnSharedSizes::kP]: [head][key] scores, then probabilities, of the tile
-    int64_t* offset_s;  // [kAttnTile]: element offset of each tile key's K row (kv head, layer)
-    float* corr_s;      // [MaxHeads]: per head, e^(old max - new max) of the current tile
-    float* m_s;         // [MaxHeads]: per head, after the key loop: max
-    float* l_s;         // [MaxHeads]: and sum
+    int64_t offset_s[kAttnTile];  // element offset of each tile key's K row (kv head, layer)
+    float q_s[kQ];
+    float p_s[kP];                // [head][key] scores, then probabilities, of the tile
+    float corr_s[MaxHeads];       // per head, e^(old max - new max) of the current tile
+    float m_s[MaxHeads];          // per head, after the key loop: max
+    float l_s[MaxHeads];          // and sum
 };
 
 // Block (split, y = kv head x head chunk, token t) of an (n_splits, ., .) attention grid; every thread of a
 // kAttnThreads block must call it.
 template <typename T, bool Vec, int MaxHeads>
 __device__ __forceinline__ void attention_block(
-    const AttnShared& sh, int32_t split, int32_t y, int32_t t, int32_t n_splits,
+    AttnShared<MaxHeads>& sh, int32_t split, int32_t y, int32_t t, int32_t n_splits,
     float* out,       // [n, n_heads, head_dim] (when gridDim.x == 1)
     float* partials,  // [n, n_heads, n_splits, kPartialStride] (otherwise)
     const float* q,   // [n, n_heads, head_dim]
