@@ -103,7 +103,8 @@ EMU_CU       := $(CUDA_SRC)
 EMU_HOST     := $(filter-out cuda/runtime/cublas_loader.cpp,$(CUDA_HOST_SRC)) \
                 tools/cuda_emu/emu.cpp tools/cuda_emu/runtime.cpp tools/cuda_emu/cublas.cpp
 EMU_TESTS    := $(wildcard tests/cuda/*.cpp) tests/support/test_main.cpp tests/support/test_util.cpp \
-                tests/support/random_model.cpp tests/support/cuda_kernel_checks.cpp tools/cuda_emu/test_emu.cpp \
+                tests/support/random_model.cpp tests/support/cuda_kernel_checks.cpp tests/support/gemv_checks.cpp \
+                tools/cuda_emu/test_emu.cpp \
                 $(CUDA_TEST_SRC)
 EMU_OBJ      := $(EMU_CU:cuda/kernels/%.cu=$(EMU_BUILD)/gen/%.o) $(EMU_HOST:%.cpp=$(EMU_BUILD)/%.o)
 # src/ and main.cpp as the release build compiles them (no CUDA headers there; cuda_stub.o, the only object

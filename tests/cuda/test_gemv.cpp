@@ -1,9 +1,9 @@
-// CUDA decode GEMVs (cuda/gemv.cu) vs the CPU composition they replace: rmsnorm_cpu (when normed) +
+// CUDA decode GEMVs (cuda/kernels/gemv.cu) vs the CPU composition they replace: rmsnorm_cpu (when normed) +
 // matmul_cpu (one token) + add_bias_cpu + add_cpu (residual), or swiglu_cpu of the gate and up products.
 // Random inputs over awkward n_in (1, 7, 577, 1004: scalar paths; 14336: x read from global memory), 1-3
 // outputs of different n_out and dtypes in one launch, every launch shape (rows per warp 1/2/4, rows of a
 // warp straddling outputs), and weights off 16-byte alignment. Outputs start poisoned (NaN) behind guard
-// bands (cuda/cuda_test_guard.h). Without a CUDA device (or in CUDA=0 builds) each case says
+// bands (cuda/testing/cuda_test_guard.h). Without a CUDA device (or in CUDA=0 builds) each case says
 // "SKIPPED: no CUDA device (...)" and passes.
 #include <doctest/doctest.h>
 
@@ -15,6 +15,7 @@
 
 #include "compute/cpu_ops.h"
 #include "support/cuda_kernel_checks.h"
+#include "support/gemv_checks.h"
 #include "support/random_model.h"
 #include "util/error.h"
 
@@ -35,147 +36,15 @@ TEST_CASE("cuda kernels: gemv parity with the CPU composition") {
 
 namespace {
 
-constexpr float kEps = 1e-5f;
 const DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
 const int32_t kInSizes[] = {1, 7, 64, 576, 577, 1004, 1536, 4096, 14336};
 const int32_t kOutSizes[] = {1, 3, 192, 576, 1000};
 
-// Tolerance |got - want| <= gemv_atol(n_in) + kGemvRtol * |want|. Both sides multiply the same f32 values
-// (f16/bf16 weights convert exactly, x stays f32) with fused multiply-adds, so they differ only in the
-// order of summation (CPU: 8 strided lanes; GPU: 32 lanes over 16-byte chunks, then a butterfly), in the
-// rms scale's own sum of squares and in expf vs std::exp (SwiGLU). Weights are U(-1, 1) / sqrt(n_in) and
-// x_hat is O(1), so outputs are O(1) for every n_in. Replaying the kernel's summation order on the CPU
-// gave errors of at most 1% of this tolerance (2.4e-6 at n_in 14336 with norm, bias and residual), so a
-// correct kernel passes with ~100x headroom; a kernel that drops one product |w x| (0.25 / sqrt(n_in) on
-// average, 2e-3 at n_in 14336) fails on 80-100% of the rows: the "tolerance" case below checks that.
-float gemv_atol(int32_t n_in) { return 2e-6f * std::sqrt(float(n_in)); }
-constexpr float kGemvRtol = 1e-4f;
-
-// Elements off the tolerance (NaN never passes); the first few go into *first.
-size_t count_off(const float* got, const float* want, size_t n, int32_t n_in, std::string* first) {
-    const float atol = gemv_atol(n_in);
-    size_t bad = 0;
-    std::ostringstream s;
-    for (size_t i = 0; i < n; i++) {
-        if (!(std::fabs(got[i] - want[i]) <= atol + kGemvRtol * std::fabs(want[i]))) {
-            if (bad < 5) s << "  [" << i << "] got " << got[i] << " want " << want[i] << "\n";
-            bad++;
-        }
-    }
-    if (first) *first = s.str();
-    return bad;
-}
-
-void check_gemv_close(const std::vector<float>& got, const std::vector<float>& want, int32_t n_in,
-                      const std::string& what) {
-    REQUIRE(got.size() == want.size());
-    std::string first;
-    size_t bad = count_off(got.data(), want.data(), got.size(), n_in, &first);
-    INFO(what << ": " << bad << " of " << got.size() << " elements off (atol " << gemv_atol(n_in) << ", rtol "
-              << kGemvRtol << ")\n"
-              << first);
-    CHECK(bad == 0);
-}
-
-std::vector<uint8_t> to_dtype(const std::vector<float>& f, DType dtype) {
-    std::vector<uint8_t> out(f.size() * dtype_size(dtype));
-    convert_from_f32(dtype, f.data(), out.data(), f.size());
-    return out;
-}
-
-// [n_out, n_in] uniform in +-1/sqrt(n_in), so each product is O(1) whatever n_in.
-std::vector<float> random_matrix(int32_t n_out, int32_t n_in, uint64_t seed) {
-    const float a = 1.0f / std::sqrt(float(n_in));
-    return random_floats(size_t(n_out) * size_t(n_in), -a, a, seed);
-}
-
-// x_hat = rmsnorm_cpu(x) * norm_weight, or x when norm_weight is null.
-std::vector<float> x_hat_cpu(const std::vector<float>& x, const float* norm_weight) {
-    std::vector<float> x_hat = x;
-    if (norm_weight) rmsnorm_cpu(x_hat.data(), x.data(), norm_weight, 1, int32_t(x.size()), kEps);
-    return x_hat;
-}
-
-std::vector<float> product_cpu(const std::vector<uint8_t>& w, DType dtype, int32_t n_out,
-                               const std::vector<float>& x_hat) {
-    std::vector<float> y(static_cast<size_t>(n_out));
-    matmul_cpu(y.data(), x_hat.data(), w.data(), dtype, 1, int64_t(x_hat.size()), n_out, nullptr);
-    return y;
-}
-
-// One output of a launch: its weights and the host data around it.
-struct Output {
-    int32_t n_out = 0;
-    DType dtype = DType::f32;
-    std::vector<uint8_t> weight;  // [n_out, n_in] in dtype
-    std::vector<float> bias;      // [n_out]
-    std::vector<float> init;      // [n_out]: out before an accumulating launch
-};
-
-Output make_output(const std::vector<float>& weight_f32, int32_t n_out, DType dtype, uint64_t seed) {
-    Output o;
-    o.n_out = n_out, o.dtype = dtype;
-    o.weight = to_dtype(weight_f32, dtype);
-    o.bias = random_floats(size_t(n_out), -1, 1, seed);
-    o.init = random_floats(size_t(n_out), -1, 1, seed + 1);
-    return o;
-}
-
-// The CPU composition for output o: [init +] (W x_hat [+ bias]).
-std::vector<float> reference_output(const Output& o, const std::vector<float>& x_hat, bool bias, bool accumulate) {
-    std::vector<float> y = product_cpu(o.weight, o.dtype, o.n_out, x_hat);
-    if (bias) add_bias_cpu(y.data(), o.bias.data(), 1, o.n_out);
-    if (!accumulate) return y;
-    std::vector<float> out = o.init;
-    add_cpu(out.data(), y.data(), o.n_out);
-    return out;
-}
-
-// One launch_gemv over `outputs` (output i has a bias iff bit i of bias_mask), checked against the CPU.
-void check_gemv(const std::vector<Output>& outputs, const std::vector<float>& x, const float* norm_weight,
-                unsigned bias_mask, bool accumulate, int32_t weight_offset, const std::string& what) {
-    const int32_t n_in = int32_t(x.size()), n_outputs = int32_t(outputs.size());
-    std::vector<std::vector<float> > got(outputs.size());
-    std::vector<float*> outs;
-    std::vector<const void*> weights;
-    std::vector<DType> dtypes;
-    std::vector<const float*> biases;
-    std::vector<int32_t> n_outs;
-    for (size_t i = 0; i < outputs.size(); i++) {
-        const Output& o = outputs[i];
-        got[i] = accumulate ? o.init : std::vector<float>(size_t(o.n_out));
-        outs.push_back(got[i].data());
-        weights.push_back(o.weight.data());
-        dtypes.push_back(o.dtype);
-        biases.push_back(bias_mask >> i & 1 ? o.bias.data() : nullptr);
-        n_outs.push_back(o.n_out);
-    }
-    cuda_test::gemv_offset_weights(outs.data(), weights.data(), dtypes.data(), biases.data(), n_outs.data(), n_outputs,
-                                   x.data(), n_in, norm_weight, kEps, accumulate, weight_offset);
-    const std::vector<float> x_hat = x_hat_cpu(x, norm_weight);
-    for (size_t i = 0; i < outputs.size(); i++) {
-        const Output& o = outputs[i];
-        std::ostringstream s;
-        s << what << " output " << i << " (" << dtype_name(o.dtype) << ", n_out " << o.n_out << ") n_in " << n_in
-          << (norm_weight ? " norm" : "") << (bias_mask >> i & 1 ? " bias" : "") << (accumulate ? " accumulate" : "")
-          << (weight_offset ? " weights offset " + std::to_string(weight_offset) : "");
-        check_gemv_close(got[i], reference_output(o, x_hat, bias_mask >> i & 1, accumulate), n_in, s.str());
-    }
-}
-
-// One launch_gemv_swiglu vs swiglu_cpu(W_gate x_hat, W_up x_hat).
+// One launch_gemv_swiglu of gate and up (f32 [n_ff, n_in]) stored in dtype.
 void check_gemv_swiglu(const std::vector<float>& gate_f32, const std::vector<float>& up_f32, DType dtype, int32_t n_ff,
                        const std::vector<float>& x, const float* norm_weight) {
-    const int32_t n_in = int32_t(x.size());
-    const std::vector<uint8_t> gate = to_dtype(gate_f32, dtype), up = to_dtype(up_f32, dtype);
-    const std::vector<float> x_hat = x_hat_cpu(x, norm_weight);
-    const std::vector<float> g = product_cpu(gate, dtype, n_ff, x_hat), u = product_cpu(up, dtype, n_ff, x_hat);
-    std::vector<float> want(static_cast<size_t>(n_ff)), got(static_cast<size_t>(n_ff));
-    swiglu_cpu(want.data(), g.data(), u.data(), 1, n_ff);
-    cuda_test::gemv_swiglu(got.data(), x.data(), gate.data(), up.data(), dtype, n_in, n_ff, norm_weight, kEps);
-    std::ostringstream s;
-    s << "gemv_swiglu " << dtype_name(dtype) << " n_in " << n_in << " n_ff " << n_ff << (norm_weight ? " norm" : "");
-    check_gemv_close(got, want, n_in, s.str());
+    kvlm::test::check_gemv_swiglu(make_gemv_output(gate_f32, n_ff, dtype, 0), make_gemv_output(up_f32, n_ff, dtype, 0),
+                                  x, norm_weight, "gemv_swiglu");
 }
 
 // launch_gemv_tokens of two outputs (weights w[o] [n_outs[o], n_in] in dtype, biases or null, accumulating
@@ -190,7 +59,8 @@ void check_tokens_as_own_launches(const std::vector<uint8_t> (&w)[2], DType dtyp
     // All tokens at once ...
     std::vector<float> all[2] = {init[0], init[1]};
     float* outs[2] = {all[0].data(), all[1].data()};
-    cuda_test::gemv_tokens(outs, weights, dtypes, biases, n_outs, 2, x.data(), n_tokens, n_in, nw.data(), kEps, true);
+    cuda_test::gemv_tokens(outs, weights, dtypes, biases, n_outs, 2, x.data(), n_tokens, n_in, nw.data(), kGemvEps,
+                           true);
     // ... against one launch per token.
     for (int32_t t = 0; t < n_tokens; t++) {
         std::vector<float> one[2];
@@ -198,7 +68,7 @@ void check_tokens_as_own_launches(const std::vector<uint8_t> (&w)[2], DType dtyp
             one[o].assign(init[o].begin() + ptrdiff_t(t) * n_outs[o], init[o].begin() + ptrdiff_t(t + 1) * n_outs[o]);
         float* one_outs[2] = {one[0].data(), one[1].data()};
         cuda_test::gemv(one_outs, weights, dtypes, biases, n_outs, 2, x.data() + size_t(t) * n_in, n_in, nw.data(),
-                        kEps, true);
+                        kGemvEps, true);
         for (int o = 0; o < 2; o++)
             CHECK(std::memcmp(one[o].data(), all[o].data() + size_t(t) * n_outs[o], one[o].size() * 4) == 0);
     }
@@ -206,10 +76,10 @@ void check_tokens_as_own_launches(const std::vector<uint8_t> (&w)[2], DType dtyp
     const int32_t n_ff = 16;  // rows of both matrices
     std::vector<float> swiglu_all(size_t(n_tokens) * n_ff), swiglu_one(static_cast<size_t>(n_ff));
     cuda_test::gemv_swiglu_tokens(swiglu_all.data(), x.data(), n_tokens, w[0].data(), w[1].data(), dtype, n_in, n_ff,
-                                  nw.data(), kEps);
+                                  nw.data(), kGemvEps);
     for (int32_t t = 0; t < n_tokens; t++) {
         cuda_test::gemv_swiglu(swiglu_one.data(), x.data() + size_t(t) * n_in, w[0].data(), w[1].data(), dtype, n_in,
-                               n_ff, nw.data(), kEps);
+                               n_ff, nw.data(), kGemvEps);
         CHECK(std::memcmp(swiglu_one.data(), swiglu_all.data() + size_t(t) * n_ff, size_t(n_ff) * 4) == 0);
     }
 }
@@ -226,14 +96,13 @@ TEST_CASE("cuda kernels: gemv tolerance rejects a dropped input element") {
                 std::vector<float> w = random_matrix(n_out, n_in, seed++),
                                    x = random_floats(size_t(n_in), -1, 1, seed++);
                 std::vector<float> nw = random_floats(size_t(n_in), 0.5f, 1.5f, seed++);
-                Output o = make_output(w, n_out, DType::bf16, seed), dropped = o;
+                GemvOutput o = make_gemv_output(w, n_out, DType::bf16, seed), dropped = o;
                 seed += 2;
-                for (int32_t r = 0; r < n_out; r++)  // zero bytes are 0.0 in every dtype
-                    std::memset(&dropped.weight[(size_t(r) * n_in + n_in - 1) * 2], 0, 2);
+                for (int32_t r = 0; r < n_out; r++) dropped.decoded[size_t(r) * n_in + n_in - 1] = 0;
                 const std::vector<float> x_hat = x_hat_cpu(x, norm ? nw.data() : nullptr);
                 std::vector<float> want = reference_output(o, x_hat, true, true);
                 std::vector<float> wrong = reference_output(dropped, x_hat, true, true);
-                size_t bad = count_off(wrong.data(), want.data(), want.size(), n_in, nullptr);
+                size_t bad = count_off(wrong, want, n_in, nullptr);
                 INFO("n_in " << n_in << " n_out " << n_out << (norm ? " norm" : "") << ": " << bad << " rows caught");
                 CHECK(bad >= size_t(n_out) / 2);
             }
@@ -250,7 +119,7 @@ TEST_CASE("cuda kernels: gemv single output over shapes, dtypes, norm, bias and 
         for (int32_t n_out : kOutSizes) {
             const std::vector<float> w = random_matrix(n_out, n_in, seed++);
             for (DType dtype : kDTypes) {
-                const std::vector<Output> outputs = {make_output(w, n_out, dtype, seed)};
+                const std::vector<GemvOutput> outputs = {make_gemv_output(w, n_out, dtype, seed)};
                 seed += 2;
                 for (bool norm : {false, true})
                     for (unsigned bias_mask : {0u, 1u})
@@ -284,10 +153,9 @@ TEST_CASE("cuda kernels: gemv of 2 and 3 outputs (Q, K, V) in one launch") {
     for (const Case& c : kCases) {
         const std::vector<float> x = random_floats(size_t(c.n_in), -1, 1, seed++);
         const std::vector<float> nw = random_floats(size_t(c.n_in), 0.5f, 1.5f, seed++);
-        std::vector<Output> outputs;
-        for (size_t i = 0; i < c.n_outs.size(); i++, seed += 3)  // make_output uses seed + 1 and seed + 2
-            outputs.push_back(
-                make_output(random_matrix(c.n_outs[i], c.n_in, seed), c.n_outs[i], c.dtypes[i], seed + 1));
+        std::vector<GemvOutput> outputs;
+        for (size_t i = 0; i < c.n_outs.size(); i++, seed += 3)  // random_gemv_output uses seed .. seed + 2
+            outputs.push_back(random_gemv_output(c.n_outs[i], c.n_in, c.dtypes[i], seed));
         const std::string what = std::to_string(outputs.size()) + "-output gemv";
         for (bool norm : {false, true})
             for (unsigned bias_mask : {0u, 5u})  // biases on the first and third outputs only
@@ -303,7 +171,7 @@ TEST_CASE("cuda kernels: gemv vocab-sized output (4 rows per warp)") {
     const std::vector<float> nw = random_floats(size_t(n_in), 0.5f, 1.5f, 3001);
     const std::vector<float> w = random_matrix(n_out, n_in, 3002);
     for (DType dtype : kDTypes) {
-        const std::vector<Output> outputs = {make_output(w, n_out, dtype, 3003)};
+        const std::vector<GemvOutput> outputs = {make_gemv_output(w, n_out, dtype, 3003)};
         check_gemv(outputs, x, nw.data(), 0, false, 0, "vocab gemv");
         check_gemv(outputs, x, nullptr, 1, true, 0, "vocab gemv");
     }
@@ -316,10 +184,10 @@ TEST_CASE("cuda kernels: gemv with weights off 16-byte alignment (scalar path)")
         const std::vector<float> x = random_floats(size_t(n_in), -1, 1, seed++);
         const std::vector<float> nw = random_floats(size_t(n_in), 0.5f, 1.5f, seed++);
         for (DType dtype : kDTypes) {
-            std::vector<Output> outputs;
+            std::vector<GemvOutput> outputs;
             for (int32_t n_out : {192, 3}) {
-                outputs.push_back(make_output(random_matrix(n_out, n_in, seed), n_out, dtype, seed + 1));
-                seed += 3;  // make_output uses seed + 1 and seed + 2
+                outputs.push_back(random_gemv_output(n_out, n_in, dtype, seed));
+                seed += 3;  // random_gemv_output uses seed .. seed + 2
             }
             check_gemv(outputs, x, nw.data(), 1u, true, 1, "offset gemv");
             check_gemv(outputs, x, nullptr, 0u, false, 3, "offset gemv");
@@ -357,7 +225,7 @@ TEST_CASE("cuda kernels: gemv bad arguments throw, empty outputs launch nothing"
     const float* biases[4] = {nullptr, nullptr, nullptr, nullptr};
     const int32_t n_outs[4] = {4, 4, 4, 4};
     auto gemv = [&](int32_t n_outputs, int32_t in, const int32_t* sizes) {
-        cuda_test::gemv(outs, weights, dtypes, biases, sizes, n_outputs, x.data(), in, nullptr, kEps, false);
+        cuda_test::gemv(outs, weights, dtypes, biases, sizes, n_outputs, x.data(), in, nullptr, kGemvEps, false);
     };
     CHECK_THROWS_AS(gemv(0, n_in, n_outs), Error);
     CHECK_THROWS_AS(gemv(4, n_in, n_outs), Error);
@@ -368,11 +236,13 @@ TEST_CASE("cuda kernels: gemv bad arguments throw, empty outputs launch nothing"
     CHECK_NOTHROW(gemv(3, n_in, empty));
     CHECK_NOTHROW(gemv(3, n_in, n_outs));
     CHECK(out[0] == doctest::Approx(4.0));  // 8 * 0.5 * 1
-    CHECK_THROWS_AS(cuda_test::gemv_swiglu(out.data(), x.data(), w.data(), w.data(), DType::f32, 0, 4, nullptr, kEps),
-                    Error);
     CHECK_THROWS_AS(
-        cuda_test::gemv_swiglu(out.data(), x.data(), w.data(), w.data(), DType::f32, n_in, -1, nullptr, kEps), Error);
-    CHECK_NOTHROW(cuda_test::gemv_swiglu(out.data(), x.data(), w.data(), w.data(), DType::f32, n_in, 0, nullptr, kEps));
+        cuda_test::gemv_swiglu(out.data(), x.data(), w.data(), w.data(), DType::f32, 0, 4, nullptr, kGemvEps), Error);
+    CHECK_THROWS_AS(
+        cuda_test::gemv_swiglu(out.data(), x.data(), w.data(), w.data(), DType::f32, n_in, -1, nullptr, kGemvEps),
+        Error);
+    CHECK_NOTHROW(
+        cuda_test::gemv_swiglu(out.data(), x.data(), w.data(), w.data(), DType::f32, n_in, 0, nullptr, kGemvEps));
 }
 
 // The batched exact forward's GEMVs: n_tokens inputs in launches of up to 8, each token's outputs the bits of
@@ -457,10 +327,10 @@ TEST_CASE("cuda kernels: gemv rows split across warps match the CPU and keep one
             CHECK(cuda_test::gemv_split_count(n_rows, c.n_in, c.dtype, false) == c.splits);
             const std::vector<float> x = random_floats(size_t(c.n_in), -1, 1, seed++);
             const std::vector<float> nw = random_floats(size_t(c.n_in), 0.5f, 1.5f, seed++);
-            std::vector<Output> outputs;
+            std::vector<GemvOutput> outputs;
             for (int32_t n_out : c.n_outs) {
-                outputs.push_back(make_output(random_matrix(n_out, c.n_in, seed), n_out, c.dtype, seed + 1));
-                seed += 3;  // make_output uses seed + 1 and seed + 2
+                outputs.push_back(random_gemv_output(n_out, c.n_in, c.dtype, seed));
+                seed += 3;  // random_gemv_output uses seed .. seed + 2
             }
             const std::string what = "split " + std::to_string(c.splits) + " gemv";
             check_gemv(outputs, x, nw.data(), 1u, false, 0, what);
@@ -504,8 +374,8 @@ TEST_CASE("cuda kernels: gemv rows split across warps match the CPU and keep one
         std::vector<float> q_fused(static_cast<size_t>(rows[0])), q_plain(static_cast<size_t>(rows[0]));
         std::vector<uint8_t> kv_fused(pool.size()), kv_plain(pool.size());
         cuda_test::gemv_rope_kv(q_fused.data(), kv_fused.data(), q_plain.data(), kv_plain.data(), qkv_w, bf16, qkv_b,
-                                rx.data(), rope_in, rnorm.data(), kEps, pool.data(), n_blocks, layout, 0, table.data(),
-                                2, 21, inv_freq.data(), n_heads);
+                                rx.data(), rope_in, rnorm.data(), kGemvEps, pool.data(), n_blocks, layout, 0,
+                                table.data(), 2, 21, inv_freq.data(), n_heads);
         CHECK(std::memcmp(q_fused.data(), q_plain.data(), q_fused.size() * 4) == 0);
         CHECK(kv_fused == kv_plain);
         CHECK(kv_plain != pool);
