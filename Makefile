@@ -38,7 +38,8 @@ ifeq ($(CUDA),1)
   NVCCFLAGS ?= -O3 -std=c++17 $(CUARCH) -Isrc -Icuda -MMD -MP -Xcompiler -Wall,-Wno-unused-parameter
   CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(CUDA_HOST_SRC:%.cpp=$(BUILD)/%.o)
   CUDA_TEST_OBJ := $(CUDA_TEST_SRC:%.cpp=$(BUILD)/%.o)
-  # cudart is static; cuBLAS is dlopen'ed at run time (cuda/cublas_loader.cpp), hence -ldl and no -lcublas.
+  # cudart is static; cuBLAS is dlopen'ed at run time (cuda/runtime/cublas_loader.cpp), hence -ldl and no
+  # -lcublas.
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 else
   CUDA_OBJ :=

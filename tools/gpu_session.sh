@@ -405,8 +405,8 @@ tune_row() {
 # 0, where the 1B's Q/K/V, O and down launches streamed at 1,100-1,400 GB/s against the head's 3,000 (0, 1 and
 # auto: the defaults; _SPLIT shares a row among 2-4 warps of 16-bit weights, _STAGE=0 reads x from global
 # memory; the 8B too when bench8b converted it). One row per model and rule set; make the best the
-# defaults (AttentionScratch in cuda/cuda_ops.h; launch_shape in cuda/gemv_shared.cuh, or GemvLaunchRules in
-# src/compute/gemv_launch_rules.h for the split and staging).
+# defaults (AttentionScratch in cuda/kernels/cuda_ops.h; launch_shape in cuda/kernels/gemv_shared.cuh, or
+# GemvLaunchRules in cuda/kernels/gemv_launch_rules.h for the split and staging).
 # KVLM_GPU_TUNE_MODELS (SHAPE:TOKENIZER:DTYPE ...), _RULES, _TESTS, _GEMV_RULES, _GEMV_TESTS run it small.
 stage_tune() {
     header tune

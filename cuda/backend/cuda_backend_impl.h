@@ -1,9 +1,10 @@
-// The CUDA backend (one class, its parts defined by job in four files): cuda_backend.cpp builds it (device,
+// The CUDA backend (one class, its parts defined by job in five files): cuda_backend.cpp builds it (device,
 // weights uploaded once through pinned staging, the KV pool of [n_kv_blocks] block records in the CPU
 // backend's layout, scratch sized for the largest batch: after construction forward() allocates nothing)
 // and moves KV blocks; forward_batch.cpp runs prefill batches through cuBLAS GEMMs; decode_step.cpp runs
 // the one-token step (fused kernels, CUDA graphs, sampling on the device, steps queued ahead);
-// decode_rows.cpp runs short batches and several sequences as rows of the decode kernels.
+// decode_rows.cpp runs short batches and several sequences as rows of the decode kernels;
+// decode_persistent_setup.cpp readies the decode step as one persistent kernel (KVLM_CUDA_PERSISTENT).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -60,7 +60,8 @@ std::string CudaSettings::launch_rules_text() const {
     if (attn_one_head != -1) rules += attn_one_head ? ", attention a block per head" : ", attention a block per group";
     if (gemv.rows_per_warp) rules += fmt::format(", GEMV {} rows per warp", gemv.rows_per_warp);
     if (gemv.threads) rules += fmt::format(", GEMV blocks of {}", gemv.threads);
-    if (gemv.split_warps_per_sm) rules += fmt::format(", GEMV rows split up to {} warps per SM", gemv.split_warps_per_sm);
+    if (gemv.split_warps_per_sm)
+        rules += fmt::format(", GEMV rows split up to {} warps per SM", gemv.split_warps_per_sm);
     if (!gemv.stage_x) rules += ", GEMV x from global memory";
     return rules;
 }

@@ -116,7 +116,7 @@ void launch_kv_write(void* kv,                    // [n_blocks] block records, s
 struct AttentionScratch {
     float* partials = nullptr;  // [max_rows, kCudaMaxHeadDim + 2]: unnormalised output, max, sum
     int64_t max_rows = 0;       // (token, head, split) rows the scratch holds
-    // The launch shape's rules (BackendOptions::cuda_attention; every launch of a backend uses the same, so a
+    // The launch shape's rules (CudaSettings::attn_*; every launch of a backend uses the same, so a
     // row's split count is the one its own decode step has): contexts longer than min_split_keys keys are
     // split until the grid has ~fill_per_sm blocks per multiprocessor; a block per query head instead of
     // one per GQA group when one_head is 1, never when 0, and when -1 where the grouped grid has fewer

@@ -4,8 +4,8 @@
 
 namespace kvlm {
 
-// The CUDA decode GEMVs' launch shape other than its rules (cuda/gemv_shared.cuh), for a GPU session's sweep
-// (tools/gpu_session.sh tune); 0 keeps each rule. Process-wide on the device: every GEMV launch follows it.
+// The CUDA decode GEMVs' launch shape other than its rules (cuda/kernels/gemv_shared.cuh), for a GPU session's
+// sweep (tools/gpu_session.sh tune); 0 keeps each rule. Process-wide on the device: every GEMV launch follows it.
 struct GemvLaunchRules {
     int32_t rows_per_warp = 0;  // 1, 2 or 4 (SwiGLU at most 2, RoPE pairs always 2)
     int32_t threads = 0;        // per block: 128 or 256

@@ -1,5 +1,5 @@
 // The process-wide switch for programmatic dependent launches (programmatic_launch.cuh): on by default;
-// CudaBackend sets it from BackendOptions::cuda_programmatic_launches (KVLM_CUDA_PDL=0 turns it off), the
+// CudaBackend sets it from CudaSettings::programmatic_launches (KVLM_CUDA_PDL=0 turns it off), the
 // A/B switch and the way out should a device misbehave with it.
 #pragma once
 

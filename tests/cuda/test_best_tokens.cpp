@@ -1,4 +1,4 @@
-// The device's beam-search picks (cuda/best_tokens.cu) against best_tokens_cpu: the same tokens in the same
+// The device's beam-search picks (cuda/kernels/best_tokens.cu) against best_tokens_cpu: the same tokens in the same
 // order, scores within float rounding of the host's (the device sums exp in its own order), over random rows,
 // rows of few distinct values (ties, kept in token order), rows at a -1e9 base (every score one float, so the
 // lowest tokens win), a vocabulary smaller than n (token -1 past it), and 128,256-logit rows.

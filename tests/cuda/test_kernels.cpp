@@ -1,6 +1,6 @@
 // CUDA kernels vs their CPU twins (cpu_ops.h, matmul_cpu.h) on random inputs over awkward shapes: odd
 // widths, partial last blocks, contexts spanning hundreds of blocks, head_dim 64/128, GQA ratios 1-8, every
-// KV dtype, split and unsplit attention. The shipped launchers run through cuda/cuda_test_api.h, which
+// KV dtype, split and unsplit attention. The shipped launchers run through cuda/testing/cuda_test_api.h, which
 // poisons outputs and checks guard bands. Without a CUDA device (or in CUDA=0 builds) each case says
 // "SKIPPED: no CUDA device (...)" and passes.
 #include <doctest/doctest.h>

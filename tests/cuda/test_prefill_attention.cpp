@@ -1,7 +1,7 @@
 // Tensor-core prefill attention (launch_prefill_attention) vs paged_attention_cpu and vs the CUDA paged
 // attention kernel on the same pool: f16 and bf16 KV, shuffled block tables with block sizes 1, 5 and 16,
 // batches from position 0 and mid-context, query counts around the 64-query tile (partial tiles, one
-// query), head_dim 64/128 (plus 256 and 80), GQA 1-8. The launcher runs through cuda/cuda_test_api.h, which
+// query), head_dim 64/128 (plus 256 and 80), GQA 1-8. The launcher runs through cuda/testing/cuda_test_api.h, which
 // poisons the output and checks guard bands. Without a CUDA device (or in CUDA=0 builds) each case says
 // "SKIPPED: no CUDA device (...)" and passes.
 #include <doctest/doctest.h>
@@ -37,7 +37,7 @@ TEST_CASE("cuda kernels: prefill attention on tensor cores vs the CPU twin") {
 #else
 
 namespace kvlm {
-// Defined in cuda/prefill_attention.cu and declared in cuda/cuda_ops.h, which tests cannot include (it
+// Defined in cuda/kernels/prefill_attention.cu and declared in cuda/kernels/cuda_ops.h, which tests cannot include (it
 // pulls in cuda_runtime.h); a plain host function.
 bool prefill_attention_supports(const KvLayout& layout);
 }  // namespace kvlm

@@ -1,4 +1,4 @@
-// The device sampler (cuda/sample.cu) against the CPU sampler (src/generate/sampler.cpp) on the same logits
+// The device sampler (cuda/kernels/sample.cu) against the CPU sampler (src/generate/sampler.cpp) on the same logits
 // and the same draw: the same token for greedy, top-k, top-p, min-p, temperature and the repetition penalty
 // over vocabularies of 1 to 128,256 tokens (ties, -0 and +0 included), the same penalized logits bit for
 // bit, the first NaN or infinite logit reported as the CPU reports it, the logits handed back untouched when
