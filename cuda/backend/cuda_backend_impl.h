@@ -100,14 +100,6 @@ struct Stream {
     }
 };
 
-struct CublasHandle {
-    cublasHandle_t handle = nullptr;
-    CublasHandle() { CUBLAS_CHECK(cublas_api().create(&handle)); }
-    ~CublasHandle() {
-        if (handle) cublas_api().destroy(handle);
-    }
-};
-
 // Selects device 0 and checks it before anything else is created.
 inline int select_device(cudaDeviceProp* prop) {
     std::string why;

@@ -40,3 +40,18 @@ bool cublas_loadable(std::string* why_not);
         if (kvlm_cublas_status_ != CUBLAS_STATUS_SUCCESS)                              \
             ::kvlm::cublas_fail(kvlm_cublas_status_, #statement, __FILE__, __LINE__);  \
     } while (0)
+
+namespace kvlm {
+
+// A cuBLAS handle for as long as the object lives (the backend's, or one test call's).
+struct CublasHandle {
+    cublasHandle_t handle = nullptr;
+    CublasHandle() { CUBLAS_CHECK(cublas_api().create(&handle)); }
+    ~CublasHandle() {
+        if (handle) cublas_api().destroy(handle);
+    }
+    CublasHandle(const CublasHandle&) = delete;
+    CublasHandle& operator=(const CublasHandle&) = delete;
+};
+
+}  // namespace kvlm

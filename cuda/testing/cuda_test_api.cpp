@@ -194,12 +194,8 @@ void matmul(float* out, const float* x, const void* w, DType w_dtype, int64_t n,
 void matmul_accumulate(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in,
                        int64_t n_out) {
     require_device();
-    cublasHandle_t handle = nullptr;
-    CUBLAS_CHECK(cublas_api().create(&handle));
-    struct HandleGuard {
-        cublasHandle_t h;
-        ~HandleGuard() { cublas_api().destroy(h); }
-    } guard{handle};
+    const CublasHandle cublas;
+    cublasHandle_t handle = cublas.handle;
     GuardedBuffer d_out("matmul_accumulate out", size_t(n * n_out) * 4), d_x("matmul_accumulate x", size_t(n * n_in) * 4),
         d_w("matmul_accumulate w", size_t(n_out * n_in) * dtype_size(w_dtype)),
         d_conv("matmul_accumulate x_converted", size_t(n * n_in) * dtype_size(w_dtype));

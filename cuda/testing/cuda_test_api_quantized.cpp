@@ -15,12 +15,8 @@ namespace kvlm::cuda_test {
 void matmul_quantized(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in, int64_t n_out,
                       int64_t tile_rows, bool accumulate) {
     require_device();
-    cublasHandle_t handle = nullptr;
-    CUBLAS_CHECK(cublas_api().create(&handle));
-    struct HandleGuard {
-        cublasHandle_t h;
-        ~HandleGuard() { cublas_api().destroy(h); }
-    } guard{handle};
+    const CublasHandle cublas;
+    cublasHandle_t handle = cublas.handle;
     GuardedBuffer d_out("matmul_quantized out", size_t(n * n_out) * 4), d_x("matmul_quantized x", size_t(n * n_in) * 4),
         d_w("matmul_quantized w", size_t(dtype_bytes(w_dtype, uint64_t(n_out * n_in)))),
         d_x16("matmul_quantized x f16", size_t(n * n_in) * 2),

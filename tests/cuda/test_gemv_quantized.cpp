@@ -32,7 +32,7 @@ namespace {
 
 [[maybe_unused]] const DType kQuantTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1};
 
-std::vector<float> dequantize(const std::vector<uint8_t>& q, DType dtype, size_t n) {
+[[maybe_unused]] std::vector<float> dequantize(const std::vector<uint8_t>& q, DType dtype, size_t n) {  // CUDA builds
     std::vector<float> out(n);
     convert_to_f32(dtype, q.data(), out.data(), n);
     return out;
