@@ -11,7 +11,10 @@ becomes a rope_freqs.weight tensor, as that converter writes it.
 Checked in tests/tools/test_export_gguf.cpp: stories260K's export holds the tensors of llama.cpp's own GGUF
 byte for byte, and `kvlm convert OUT.gguf` gives the source's fingerprint (weights, tokenizer, hyperparameters).
 
-Usage: export_gguf.py MODEL.kvlm OUT.gguf
+Usage: export_gguf.py MODEL.kvlm OUT.gguf [--set KEY=TYPE:VALUE ...] [--add-tensor NAME:N ...]
+  --set        one more metadata key (TYPE u32, i32, f32, bool or string), after the model's own
+  --add-tensor one more f32 tensor of N zeros
+(both for tests: a GGUF carrying a key or tensor kvlm does not implement, which convert must refuse by name)
 """
 import math
 import os
@@ -136,15 +139,30 @@ def add_tokenizer(w, m):
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    if len(args) < 2 or len(args) % 2 != 0:
         sys.exit(__doc__)
+    extra_kv, extra_tensors = [], []
     try:
-        export(sys.argv[1], sys.argv[2])
+        for flag, value in zip(args[2::2], args[3::2]):
+            if flag == "--set":
+                key, typed = value.split("=", 1)
+                kind, text = typed.split(":", 1)
+                types = {"u32": (GGUF_U32, int), "i32": (GGUF_I32, int), "f32": (GGUF_F32, float),
+                         "bool": (GGUF_BOOL, lambda s: s == "true"), "string": (GGUF_STRING, str)}
+                gguf_type, parse = types[kind]
+                extra_kv.append((key, gguf_type, parse(text)))
+            elif flag == "--add-tensor":
+                name, n = value.rsplit(":", 1)
+                extra_tensors.append((name, 0, [int(n)], bytes(4 * int(n))))
+            else:
+                sys.exit(__doc__)
+        export(args[0], args[1], extra_kv, extra_tensors)
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"export_gguf: error: {e}")
 
 
-def export(source, target):
+def export(source, target, extra_kv=(), extra_tensors=()):
     m, tensors = read_kvlm(source)
     if m["arch"] != "llama" or m["qkv_bias"]:
         raise ValueError(f"{source}: architecture {m['arch']}, this script writes llama models only")
@@ -161,8 +179,10 @@ def export(source, target):
     w.add("llama.rope.freq_base", GGUF_F32, m["rope.theta"])
     w.add("llama.attention.layer_norm_rms_epsilon", GGUF_F32, m["norm_eps"])
     add_tokenizer(w, m)
+    for key, gguf_type, value in extra_kv:
+        w.add(key, gguf_type, value)
 
-    out = []
+    out = list(extra_tensors)
     if m.get("rope.scaling.type", "none") == "llama3":
         factors = rope_factors(m)
         out.append(("rope_freqs.weight", 0, [len(factors) // 4], factors))

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <map>
 
 #include "import/convert.h"
@@ -86,6 +87,38 @@ void detect_llama3_rope(const GgufFile& g, ModelConfig* c) {
     if (factor > 1.0f) c->rope_scaling = rs;
 }
 
+// The llama.* keys kvlm reads (or checks against what it computes); any other llama.* key is refused by name,
+// since it may change the computation (llama.cpp applies llama.rope.scale_linear, llama.expert_count makes a
+// mixture of experts, ...). Keys at their no-op value pass.
+void refuse_unimplemented_keys(const GgufFile& g, int32_t head_dim) {
+    static const std::set<std::string> kRead = {
+        "llama.block_count",           "llama.context_length",        "llama.embedding_length",
+        "llama.feed_forward_length",   "llama.attention.head_count",  "llama.attention.head_count_kv",
+        "llama.attention.key_length",  "llama.attention.value_length", "llama.attention.layer_norm_rms_epsilon",
+        "llama.rope.dimension_count",  "llama.rope.freq_base",        "llama.rope.scaling.type",
+        "llama.vocab_size",            "llama.rope.scaling.factor",   "llama.rope.scale_linear",
+        "llama.rope.scaling.original_context_length", "llama.rope.scaling.finetuned",
+        "llama.expert_count",          "llama.expert_used_count"};
+    for (const std::string& key : g.keys()) {
+        if (key.rfind("llama.", 0) != 0 || kRead.count(key)) continue;
+        throw_error("{}: metadata key {} is not supported (kvlm does not implement it, and it may change the "
+                    "computation)",
+                    g.path(), key);
+    }
+    // llama.cpp scales positions linearly by a factor given without a type (or by the older scale_linear).
+    for (const char* key : {"llama.rope.scaling.factor", "llama.rope.scale_linear"})
+        if (g.has(key) && g.get_float_or(key, 1.0) != 1.0 && g.get_string_or("llama.rope.scaling.type", "") != "llama3")
+            throw_error("{}: {} = {} is not supported: linear RoPE scaling is not implemented", g.path(), key,
+                        g.get_float_or(key, 1.0));
+    for (const char* key : {"llama.expert_count", "llama.expert_used_count"})
+        if (g.has(key) && g.get_int(key) > 0)
+            throw_error("{}: {} = {} is not supported: mixture-of-experts is not implemented", g.path(), key,
+                        g.get_int(key));
+    if (g.has("llama.attention.value_length") && g.get_int("llama.attention.value_length") != head_dim)
+        throw_error("{}: llama.attention.value_length = {} differs from the key length {} (not supported)", g.path(),
+                    g.get_int("llama.attention.value_length"), head_dim);
+}
+
 }  // namespace
 
 ConvertSource open_gguf_source(const std::string& path, const std::string& tokenizer_path) {
@@ -115,6 +148,7 @@ ConvertSource open_gguf_source(const std::string& path, const std::string& token
     std::string scaling = g->get_string_or("llama.rope.scaling.type", "none");
     if (scaling != "none")
         throw_error("{}: llama.rope.scaling.type '{}' is not supported (supported: none, llama3)", path, scaling);
+    refuse_unimplemented_keys(*g, c.head_dim);
 
     const GgufTensor* embd = g->find_tensor("token_embd.weight");
     if (!embd) throw_error("{}: tensor token_embd.weight is missing", path);
@@ -151,6 +185,16 @@ ConvertSource open_gguf_source(const std::string& path, const std::string& token
         }
         parts.push_back(gt);
     }
+    // Every tensor of the file is used (a bias, a q/k norm, an expert kvlm left out would change the
+    // computation); rope_freqs.weight was checked against llama3 scaling above, and output.weight may be the
+    // embedding's copy.
+    std::set<std::string> used{"rope_freqs.weight", "output.weight"};
+    for (const TensorInfo& t : src.tensors) used.insert(t.name);
+    for (const GgufTensor& t : g->tensors())
+        if (!used.count(t.name))
+            throw_error("{}: tensor {} is not used by kvlm's llama (its computation would be left out); kvlm does not "
+                        "implement it",
+                        path, t.name);
     src.default_dtype = std::max_element(matrix_types.begin(), matrix_types.end(), [](const auto& a, const auto& b) {
                             return a.second < b.second;
                         })->first;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "import/convert.h"
 #include "import/safetensors.h"
@@ -82,6 +83,95 @@ std::string hf_name(const std::string& name) {
 
 bool has_file(const std::string& dir, const char* name) { return fs::is_regular_file(fs::path(dir) / name); }
 
+bool is_set(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
+// config.json keys that change the computation and that kvlm does not implement (docs/FORMAT.md): a config that
+// sets one is refused naming it and its value, so a converted model never computes something else silently.
+// Keys at their no-op value pass (sliding_window null or off, partial_rotary_factor 1, ...).
+void refuse_unimplemented_keys(const json& j, const std::string& path, const std::string& arch) {
+    auto refuse = [&](const char* key, const std::string& why) {
+        const std::string value = j[key].dump();  // whole when short ({"quant_method": "gptq", "bits": 4})
+        throw_error("{}: \"{}\" = {} is not supported: {}", path, key, value.size() <= 80 ? value : json_excerpt(j[key]),
+                    why);
+    };
+    // Mistral v0.1 attends to its last 4,096 tokens only; Qwen2 declares a window it uses only with
+    // use_sliding_window (then on the layers from max_window_layers on).
+    if (arch != "qwen2" && is_set(j, "sliding_window"))
+        refuse("sliding_window", "kvlm attends to the whole context, so the output would part from the model's "
+                                 "past the window");
+    if (get_bool(j, "use_sliding_window", path, false))
+        refuse("use_sliding_window", "sliding-window attention (with max_window_layers) is not implemented");
+    if (is_set(j, "layer_types")) {
+        const json& types = j["layer_types"];
+        if (!types.is_array()) refuse("layer_types", "expected an array of strings");
+        for (const json& type : types)
+            if (!type.is_string() || type.get<std::string>() != "full_attention")
+                refuse("layer_types", "only full_attention layers are implemented");
+    }
+    if (is_set(j, "partial_rotary_factor") && get_number(j, "partial_rotary_factor", path, 1.0) != 1.0)
+        refuse("partial_rotary_factor", "RoPE on part of each head is not implemented");
+    if (is_set(j, "quantization_config"))
+        refuse("quantization_config", "a quantized checkpoint (GPTQ, AWQ, bitsandbytes, ...) cannot be read; convert "
+                                      "the f32/f16/bf16 weights and quantize with --dtype");
+    if (j.contains("hidden_act") && (!j["hidden_act"].is_string() || j["hidden_act"] != "silu"))
+        refuse("hidden_act", "only silu (SwiGLU) is implemented");
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+        if (is_set(j, key)) refuse(key, "logit soft-capping is not implemented");
+    if (get_bool(j, "use_qk_norm", path, false)) refuse("use_qk_norm", "q/k normalization is not implemented");
+    if (is_set(j, "no_rope_layers")) {
+        const json& layers = j["no_rope_layers"];
+        if (!layers.is_array()) refuse("no_rope_layers", "expected an array");
+        for (const json& use_rope : layers)
+            if (!use_rope.is_number_integer() || use_rope.get<int64_t>() != 1)
+                refuse("no_rope_layers", "layers without RoPE are not implemented");
+    }
+    if (is_set(j, "query_pre_attn_scalar"))
+        refuse("query_pre_attn_scalar", "an attention scale other than 1/sqrt(head_dim) is not implemented");
+    for (const char* key : {"embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier"})
+        if (is_set(j, key) && get_number(j, key, path, 1.0) != 1.0) refuse(key, "Granite's scalings are not implemented");
+    for (const char* key : {"num_local_experts", "num_experts"})
+        if (is_set(j, key) && get_int(j, key, path, false, 0) > 1) refuse(key, "mixture-of-experts is not implemented");
+}
+
+// RoPE settings from transformers v5's "rope_parameters" ({"rope_type": "default", "rope_theta": 500000.0, ...})
+// or from v4's "rope_theta" and "rope_scaling" beside it.
+void read_rope(const json& j, const std::string& path, ModelConfig* c) {
+    const bool v5 = is_set(j, "rope_parameters");
+    if (v5 && (is_set(j, "rope_scaling") || is_set(j, "rope_theta")))
+        throw_error("{}: both \"rope_parameters\" and \"rope_theta\"/\"rope_scaling\" are given: which one holds is "
+                    "not clear",
+                    path);
+    const json& rs = v5 ? j["rope_parameters"] : (is_set(j, "rope_scaling") ? j["rope_scaling"] : json());
+    if (v5 && !rs.is_object()) throw_error("{}: \"rope_parameters\" = {} is not an object", path, json_excerpt(rs));
+    const char* where = v5 ? "rope_parameters" : "rope_scaling";
+    if (v5) {
+        if (!rs.contains("rope_theta") || !rs["rope_theta"].is_number())
+            throw_error("{}: \"rope_parameters\" has no number \"rope_theta\" (its RoPE base)", path);
+        c->rope_theta = float(rs["rope_theta"].get<double>());
+    } else {
+        c->rope_theta = float(get_number(j, "rope_theta", path, 10000.0));
+    }
+    if (rs.is_null()) return;
+    std::string type;
+    if (rs.is_object() && rs.contains("rope_type") && rs["rope_type"].is_string()) type = rs["rope_type"];
+    else if (rs.is_object() && rs.contains("type") && rs["type"].is_string()) type = rs["type"];
+    if (type == "llama3") {
+        c->rope_scaling.type = "llama3";
+        c->rope_scaling.factor = float(get_number(rs, "factor", path, 8.0));
+        c->rope_scaling.low_freq_factor = float(get_number(rs, "low_freq_factor", path, 1.0));
+        c->rope_scaling.high_freq_factor = float(get_number(rs, "high_freq_factor", path, 4.0));
+        c->rope_scaling.original_max_position =
+            int32_t(get_int(rs, "original_max_position_embeddings", path, false, 8192));
+    } else if (type != "default") {
+        throw_error("{}: {} {} is not supported (supported: none, default, llama3)", path, where,
+                    type.empty() ? json_excerpt(rs) : "type '" + type + "'");
+    }
+    if (v5 && rs.contains("partial_rotary_factor") && get_number(rs, "partial_rotary_factor", path, 1.0) != 1.0)
+        throw_error("{}: rope_parameters \"partial_rotary_factor\" = {} is not supported: RoPE on part of each head is "
+                    "not implemented",
+                    path, json_excerpt(rs["partial_rotary_factor"]));
+}
+
 }  // namespace
 
 ModelConfig hf_config_from_json(const std::string& path) {
@@ -107,8 +197,7 @@ ModelConfig hf_config_from_json(const std::string& path) {
                     path, arch.empty() ? std::string("(none given)") : arch);
     }
     if (get_bool(j, "mlp_bias", path, false)) throw_error("{}: mlp_bias = true is not supported", path);
-    if (j.contains("hidden_act") && j["hidden_act"].is_string() && j["hidden_act"] != "silu")
-        throw_error("{}: hidden_act {} is not supported (expected silu)", path, json_excerpt(j["hidden_act"]));
+    refuse_unimplemented_keys(j, path, c.architecture);
 
     c.n_embd = int32_t(get_int(j, "hidden_size", path, true));
     c.n_ff = int32_t(get_int(j, "intermediate_size", path, true));
@@ -119,27 +208,10 @@ ModelConfig hf_config_from_json(const std::string& path) {
     if (c.n_heads <= 0) throw_error("{}: num_attention_heads = {} must be positive", path, c.n_heads);
     c.head_dim = int32_t(get_int(j, "head_dim", path, false, c.n_embd / c.n_heads));
     c.n_ctx = int32_t(get_int(j, "max_position_embeddings", path, false, 2048));
-    c.rope_theta = float(get_number(j, "rope_theta", path, 10000.0));
+    read_rope(j, path, &c);
     c.norm_eps = float(get_number(j, "rms_norm_eps", path, 1e-6));
     c.tied_embeddings = get_bool(j, "tie_word_embeddings", path, false);  // transformers default for Llama and Qwen2
 
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-        const json& rs = j["rope_scaling"];
-        std::string type;
-        if (rs.is_object() && rs.contains("rope_type") && rs["rope_type"].is_string()) type = rs["rope_type"];
-        else if (rs.is_object() && rs.contains("type") && rs["type"].is_string()) type = rs["type"];
-        if (type == "llama3") {
-            c.rope_scaling.type = "llama3";
-            c.rope_scaling.factor = float(get_number(rs, "factor", path, 8.0));
-            c.rope_scaling.low_freq_factor = float(get_number(rs, "low_freq_factor", path, 1.0));
-            c.rope_scaling.high_freq_factor = float(get_number(rs, "high_freq_factor", path, 4.0));
-            c.rope_scaling.original_max_position =
-                int32_t(get_int(rs, "original_max_position_embeddings", path, false, 8192));
-        } else if (type != "default") {
-            throw_error("{}: rope_scaling {} is not supported (supported: none, llama3)", path,
-                        type.empty() ? json_excerpt(rs) : "type '" + type + "'");
-        }
-    }
     c.validate(path);
     return c;
 }
@@ -220,7 +292,15 @@ ConvertSource open_hf_source(const std::string& dir, const std::string& tokenize
     ModelConfig& c = src.metadata.config;
     c = hf_config_from_json(config_path);
     auto weights = std::shared_ptr<SafetensorsModel>(SafetensorsModel::open_dir(dir));
-    if (!weights->find("lm_head.weight")) c.tied_embeddings = true;  // lm_head missing: tied
+    if (!weights->find("lm_head.weight")) {
+        // lm_head missing: tied, unless config.json says otherwise (then the head's weights are missing).
+        json config = read_json(config_path);
+        if (config.contains("tie_word_embeddings") && config["tie_word_embeddings"] == false)
+            throw_error("{}: \"tie_word_embeddings\" = false, but the checkpoint has no lm_head.weight (the output "
+                        "head's weights are missing)",
+                        config_path);
+        c.tied_embeddings = true;
+    }
     const SafetensorsTensor& embd = weights->require_supported("model.embed_tokens.weight");
     src.default_dtype = embd.dtype;
 
@@ -233,6 +313,21 @@ ConvertSource open_hf_source(const std::string& dir, const std::string& tokenize
             throw_error("{}: tensor '{}' has shape {}, expected {} from config.json", st.path, st.name,
                         shape_string(st.shape), shape_string(t.shape));
         parts.push_back(&st);
+    }
+    // Every tensor of the checkpoint is used: one kvlm does not read (q_norm, k_norm, an output bias, ...) would
+    // change the computation. Only rotary_emb.inv_freq (older checkpoints' saved RoPE buffer, which kvlm computes
+    // from rope_theta) may be left.
+    std::set<std::string> used;
+    for (const TensorInfo& t : src.tensors) used.insert(hf_name(t.name));
+    if (c.tied_embeddings) used.insert("lm_head.weight");  // a tied checkpoint may store the head's copy
+    const std::string kRopeBuffer = "rotary_emb.inv_freq";
+    for (const std::string& name : weights->names()) {
+        if (used.count(name) || (name.size() >= kRopeBuffer.size() &&
+                                 name.compare(name.size() - kRopeBuffer.size(), kRopeBuffer.size(), kRopeBuffer) == 0))
+            continue;
+        throw_error("{}: tensor '{}' is not used by kvlm's {} (its computation would be left out); kvlm does not "
+                    "implement it",
+                    dir, name, c.architecture);
     }
     src.read_rows = [weights, parts, tensors = src.tensors](size_t i, int64_t row, int64_t n_rows, float* out) {
         int64_t row_len = tensor_row_len(tensors[i]);
