@@ -235,11 +235,11 @@ GenerationResult run_session_turn(Engine& engine, const RunOptions& options, con
                                         double(kv_bytes_per_token(engine.model().config(), engine.kv_dtype())) /
                                         (1024.0 * 1024.0);
             std::fprintf(stderr,
-                         "kvlm: session %s: restored %d tokens (%.2f MiB of KV) in %.4f s (%.2f GB/s; block files: "
-                         "%zu mapped, %zu read); saved %d new block files (%.2f MiB) in %.4f s\n",
+                         "kvlm: session %s: restored %d tokens (%.2f MiB of KV) in %.4f s (%.2f GB/s; %zu block files "
+                         "read); saved %d new block files (%.2f MiB) in %.4f s\n",
                          name.c_str(), n_restored, restored_mib, restore_seconds,
                          restore_seconds > 0 ? restored_mib * 1048576.0 / 1e9 / restore_seconds : 0.0,
-                         restored.n_blocks_mapped, restored.n_blocks_read, saved.n_files,
+                         restored.n_blocks_read, saved.n_files,
                          double(saved.n_bytes) / (1024.0 * 1024.0), seconds_since(save_start));
         }
     } catch (...) {

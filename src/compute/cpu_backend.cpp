@@ -39,15 +39,6 @@ private:
     std::unique_ptr<float, Free> data_;
 };
 
-// Pool bytes per block record: the record rounded up to whole pages where that wastes at most 1/16 of it (q8_0
-// records, 34-byte blocks, are not whole pages; f32/f16/bf16 records of real models are), so that a session
-// restore can map block files over pool blocks (map_kv_block); otherwise the record itself.
-int64_t pool_block_stride(const KvLayout& layout) {
-    const int64_t bytes = int64_t(layout.block_bytes()), page = int64_t(HugeBuffer::page_size());
-    const int64_t padded = (bytes + page - 1) / page * page;
-    return padded - bytes <= bytes / 16 ? padded : bytes;
-}
-
 class CpuBackend final : public Backend {
 public:
     CpuBackend(const ModelConfig& config, const ModelWeights& weights, const BackendOptions& options)
@@ -57,8 +48,7 @@ public:
         if (options.block_size < 1) throw_error("cpu backend: block size {} must be at least 1", options.block_size);
         check_kv_dtype(config_, options.kv_dtype);
         layout_ = KvLayout::of(config_, options.block_size, options.kv_dtype);
-        layout_.block_stride = pool_block_stride(layout_);
-        stride_ = size_t(layout_.stride());
+        stride_ = layout_.block_bytes();
         n_kv_blocks_ = kv_blocks_for_free_memory(kv_block_count(config_, options), options, host_available_memory(),
                                                  stride_);
         size_t total = size_t(n_kv_blocks_) * stride_;
@@ -109,21 +99,8 @@ public:
         check_block(block, "host_kv_block");
         return kv_ + size_t(block) * stride_;
     }
-    bool map_kv_block(int32_t block, int fd) override {
-        check_block(block, "map_kv_block");
-        // Only over memory never touched: unmapping written pages first (and flushing every thread's TLB)
-        // costs more than reading into them.
-        // The whole stride: a padded record's last page maps the file's end (its header, then zeros past the
-        // end of the file), which nothing reads.
-        const size_t offset = size_t(block) * stride_;
-        return !kv_memory_.resident(offset, stride_) && kv_memory_.map_file(offset, stride_, fd);
-    }
     void make_kv_memory_cold() override {
         kv_memory_.remap_anonymous(0, size_t(n_kv_blocks_) * stride_);
-    }
-    void unmap_kv_block(int32_t block) override {
-        check_block(block, "unmap_kv_block");
-        kv_memory_.remap_anonymous(size_t(block) * stride_, stride_);
     }
     void copy_kv_block(int32_t src_block, int32_t dst_block) override {
         check_block(src_block, "copy_kv_block");
@@ -300,7 +277,7 @@ private:
     int32_t max_batch_ = 1;
     HugeBuffer kv_memory_;
     char* kv_ = nullptr;  // kv_memory_: [n_kv_blocks] block records, one every stride_ bytes
-    size_t stride_ = 0;   // layout_.stride()
+    size_t stride_ = 0;   // bytes of a block record, from one to the next in kv_
     std::vector<float> inv_freq_;  // [head_dim / 2]
     // Scratch for one batch: x/h/tmp [max_batch, n_embd], q/att [max_batch, n_heads*head_dim],
     // k/v [max_batch, n_kv_heads*head_dim], gate/up [max_batch, n_ff].

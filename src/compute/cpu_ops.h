@@ -22,10 +22,6 @@ struct KvLayout {
     int32_t n_kv_heads = 0;
     int32_t head_dim = 0;
     DType dtype = DType::f32;
-    // Bytes from one block record to the next in the pool's memory; 0 means block_bytes(). The CPU backend
-    // pads q8_0 records to whole pages so that a session's block files can be mapped over them; CUDA pools
-    // are never padded (their kernels assume block_bytes()).
-    int64_t block_stride = 0;
 
     static KvLayout of(const ModelConfig& config, int32_t block_size, DType dtype) {
         return KvLayout{config.n_layers, block_size, config.n_kv_heads, config.head_dim, dtype};
@@ -36,9 +32,8 @@ struct KvLayout {
     int64_t bytes_of(int64_t elements) const {  // elements: a multiple of 32 for q8_0
         return dtype == DType::q8_0 ? elements / 32 * 34 : elements * (dtype == DType::f32 ? 4 : 2);
     }
-    int64_t stride() const { return block_stride > 0 ? block_stride : int64_t(block_bytes()); }
     int64_t row_byte_offset(int32_t block, int32_t layer, int32_t kind, int32_t slot) const {  // in bytes
-        return int64_t(block) * stride() + bytes_of(((int64_t(layer) * 2 + kind) * block_size + slot) * row_elements());
+        return int64_t(block) * int64_t(block_bytes()) + bytes_of(((int64_t(layer) * 2 + kind) * block_size + slot) * row_elements());
     }
 };
 

@@ -18,13 +18,6 @@ public:
     // The block record itself when it lives in host memory the caller may fill directly (a session restore
     // reads files straight into it, several blocks at once); nullptr when it does not (use write_kv_block).
     virtual void* host_kv_block(int32_t block) { return nullptr; }
-    // Maps a block file whose first kv_block_bytes() bytes are a full block record (block format version 2)
-    // over block's record, copy-on-write: a session restore that neither copies nor zeroes memory; the record
-    // is then read through host_kv_block. False where this storage cannot (device memory, records that are
-    // not whole pages): read into host_kv_block or stage for write_kv_blocks instead.
-    virtual bool map_kv_block(int32_t block, int fd) { return false; }
-    // Gives a block that map_kv_block mapped its own fresh memory again (its file failed verification).
-    virtual void unmap_kv_block(int32_t block) {}
     // Gives every block fresh untouched memory, as a new process's pool has it (for a benchmark of a cold
     // restore; no block may be in use). A no-op where that makes no difference (device memory).
     virtual void make_kv_memory_cold() {}

@@ -20,11 +20,11 @@ std::string start_fresh_hint(const std::string& name) {
 }
 
 // Reads and verifies the block files of manifest blocks `indices` into pool blocks `blocks` (one each), filling
-// problems[i] ("" when it verified), by up to kMaxReaders threads; returns how many blocks were mapped. Where
-// the pool is host memory a full block's file is mapped over its pool block when the storage can
-// (KvBlockStorage::map_kv_block: records of whole pages) - the restore then costs only the checksum's read
-// of the page cache - and otherwise read straight into it (each block copied once by the kernel and
-// checksummed while it is in cache); otherwise into a staging area of up to kStagingBytes, handed to the
+// problems[i] ("" when it verified), by up to kMaxReaders threads. Where the pool is host memory each file is
+// read straight into its pool block (copied once by the kernel and checksummed while it is in cache). Never
+// mapped: a mapped file truncated by someone else while kvlm runs would kill it with SIGBUS, and one
+// overwritten in place would change the KV under it (reading cost 10.6-14.8 ms where mapping took 5.3-7.4 ms
+// for 37 MiB, bench/RESULTS.md, session 31). Otherwise into a staging area of up to kStagingBytes, handed to the
 // backend one batch at a time (write_kv_blocks: a GPU copies a batch without waiting between blocks). A block
 // after one that failed may be left unread (its problem then says so): nothing past the first failure is kept.
 // From a cold page cache the readers wait on the disk, not the CPU: more of them keep more reads in flight
@@ -34,13 +34,13 @@ constexpr int kMaxReaders = 4;
 constexpr int kMaxColdReaders = 16;
 constexpr size_t kStagingBytes = size_t(256) << 20;
 
-size_t read_blocks(Backend& backend, const SessionStore& store, const SessionManifest& m,
+void read_blocks(Backend& backend, const SessionStore& store, const SessionManifest& m,
                    const BlockHash& kv_namespace, const std::vector<size_t>& indices,
                    const std::vector<int32_t>& blocks, std::vector<std::string>* problems) {
     const size_t block_bytes = backend.kv_block_bytes();
     const BlockRecordShape shape = block_record_shape(m.identity);
     KVLM_ASSERT(shape.full_bytes() == block_bytes, "KV block record layout");
-    if (indices.empty()) return 0;
+    if (indices.empty()) return;
     const bool staged = backend.host_kv_block(blocks[0]) == nullptr;
     const size_t batch = staged ? std::max<size_t>(1, kStagingBytes / block_bytes) : indices.size();
     // The backend's staging memory where it has some (pinned), else ours, left uninitialised: every byte that is
@@ -55,7 +55,7 @@ size_t read_blocks(Backend& backend, const SessionStore& store, const SessionMan
             staging = own_staging.get();
         }
     }
-    std::atomic<size_t> first_failed{SIZE_MAX}, n_mapped{0};
+    std::atomic<size_t> first_failed{SIZE_MAX};
     for (size_t begin = 0; begin < indices.size() && first_failed.load() == SIZE_MAX; begin += batch) {
         const size_t end = std::min(indices.size(), begin + batch);
         auto target = [&](size_t k) {
@@ -71,14 +71,7 @@ size_t read_blocks(Backend& backend, const SessionStore& store, const SessionMan
                     continue;
                 }
                 try {  // read_block reports bad files as problems; nothing else may escape a reader thread
-                    SessionStore::Mapper mapper;
-                    if (!staged) {
-                        mapper.map = [&](int fd) { return backend.map_kv_block(blocks[k], fd); };
-                        mapper.unmap = [&] { backend.unmap_kv_block(blocks[k]); };
-                    }
-                    bool mapped = false;
-                    (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, shape, target(k), mapper, &mapped);
-                    if (mapped) n_mapped++;
+                    (*problems)[i] = store.read_block(m.blocks[i], kv_namespace, shape, target(k));
                 } catch (const std::exception& e) {
                     (*problems)[i] = e.what();
                 }
@@ -113,7 +106,6 @@ size_t read_blocks(Backend& backend, const SessionStore& store, const SessionMan
     for (size_t k = 0; k < indices.size(); k++)
         if ((*problems)[indices[k]].empty() && indices[k] > first_failed.load())
             (*problems)[indices[k]] = "not read (an earlier block failed)";
-    return n_mapped.load();
 }
 
 }  // namespace
@@ -223,8 +215,8 @@ RestoredSession restore_session(Engine& engine, const SessionStore& store, const
     for (size_t i = 0; i < claims.size(); i++)
         if (!claims[i].cached) to_read.push_back(i), to_read_blocks.push_back(claims[i].block);
     std::vector<std::string> problems(claims.size());
-    r.n_blocks_mapped = read_blocks(engine.backend(), store, m, cache.kv_namespace(), to_read, to_read_blocks, &problems);
-    r.n_blocks_read = to_read.size() - r.n_blocks_mapped;
+    read_blocks(engine.backend(), store, m, cache.kv_namespace(), to_read, to_read_blocks, &problems);
+    r.n_blocks_read = to_read.size();
 
     // 3. Keep the blocks before the first one that failed (indexing the full ones read from disk), hand back
     //    the rest; the transcript from there on is recomputed.

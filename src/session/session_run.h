@@ -20,9 +20,9 @@ struct RestoredSession {
     bool existed = false;
     std::vector<int32_t> transcript;  // saved tokens (empty for a new session)
     int32_t n_restored = 0;           // leading transcript tokens whose K/V are now in seq
-    // Block files taken for the restore: mapped into the pool (read on first touch, copy-on-write) or read;
-    // blocks this process had cached take neither. Those past a damaged block are counted though not kept.
-    size_t n_blocks_mapped = 0, n_blocks_read = 0;
+    // Block files read for the restore (blocks this process had cached are not). Those past a damaged block are
+    // counted though not kept.
+    size_t n_blocks_read = 0;
     std::vector<std::string> warnings;
     std::unordered_set<BlockHash, BlockHashHasher> bad_blocks;
     int64_t created_unix = 0;

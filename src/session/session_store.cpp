@@ -287,24 +287,12 @@ bool SessionStore::block_cached(const BlockHash& hash) const {
 
 std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace,
                                      const BlockRecordShape& shape, void* record) const {
-    bool mapped = false;
-    return read_block(ref, kv_namespace, shape, record, Mapper{}, &mapped);
-}
-
-std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace,
-                                     const BlockRecordShape& shape, void* record, const Mapper& mapper,
-                                     bool* mapped) const {
-    *mapped = false;
-    auto fail = [&](std::string problem) {
-        if (*mapped) mapper.unmap(), *mapped = false;
-        return problem;
-    };
     const std::string path = block_path(ref.hash);
     try {
-        // One descriptor. A version-2 file of a size this block can have: its payload goes straight into the
-        // record - mapped where the caller can, else read in the same call as the header after it (from a
-        // cold cache, one read per file) - and is kept once the header checks out. Any other file: the
-        // header first, so a damaged or foreign file is refused without reading (or allocating) its size.
+        // One descriptor. A version-2 file of a size this block can have: its payload is read straight into the
+        // record in the same call as the header after it (from a cold cache, one read per file) and is kept once
+        // the header checks out. Any other file: the header first, so a damaged or foreign file is refused
+        // without reading (or allocating) its size.
         InputFile file;
         if (!file.open(path)) return "missing";
         const uint64_t file_size = file.size();
@@ -315,49 +303,40 @@ std::string SessionStore::read_block(const SessionBlockRef& ref, const BlockHash
             (file_size - kBlockHeaderSize == full || file_size - kBlockHeaderSize == shape.stored_bytes(ref.n_tokens))) {
             const size_t size = size_t(file_size - kBlockHeaderSize);
             uint8_t footer[kBlockHeaderSize];
-            // A file in the page cache (its first bytes readable without waiting) is mapped; from the disk, reads
-            // from its start beat a readahead per page fault (and leave the pool memory as it was).
-            if (size == full && mapper.map && file.read_cached_at(footer, kBlockHeaderSize, 0) &&
-                mapper.map(file.descriptor())) {
-                *mapped = true;
-                if (file.read_at(footer, kBlockHeaderSize, size) != kBlockHeaderSize) return fail("changed while being read");
-            } else {
-                // A small read first, then the rest of the payload, then the header: from a cold cache this ran
-                // 2x faster here than one read of the whole file, a readv of payload and header 1.3x slower
-                // (the kernel's readahead; bench/RESULTS.md, session 17).
-                uint8_t* bytes = static_cast<uint8_t*>(record);
-                const size_t head = std::min<size_t>(size, kBlockHeaderSize);
-                if (file.read_at(bytes, head, 0) != head || file.read_at(bytes + head, size - head, head) != size - head ||
-                    file.read_at(footer, kBlockHeaderSize, size) != kBlockHeaderSize)
-                    return fail("changed while being read");
-            }
+            // A small read first, then the rest of the payload, then the header: from a cold cache this ran 2x
+            // faster here than one read of the whole file, a readv of payload and header 1.3x slower (the
+            // kernel's readahead; bench/RESULTS.md, session 17).
+            uint8_t* bytes = static_cast<uint8_t*>(record);
+            const size_t head = std::min<size_t>(size, kBlockHeaderSize);
+            if (file.read_at(bytes, head, 0) != head || file.read_at(bytes + head, size - head, head) != size - head ||
+                file.read_at(footer, kBlockHeaderSize, size) != kBlockHeaderSize)
+                return "changed while being read";
             try {
                 h = decode_block_header(footer, kBlockHeaderSize, file_size, path);
                 if (h->format_version == 1) h.reset();
             } catch (const Error&) {
                 // not a version-2 header: read_block_header below says what the file is
             }
-            if (!h && *mapped) mapper.unmap(), *mapped = false;
         }
         const bool payload_read = h.has_value();
         if (!h) h = read_block_header(file, path);
-        if (h->kv_namespace != kv_namespace) return fail("belongs to another model or KV layout (namespace mismatch)");
-        if (h->hash != ref.hash) return fail("header names another block (" + h->hash.hex() + ")");
+        if (h->kv_namespace != kv_namespace) return "belongs to another model or KV layout (namespace mismatch)";
+        if (h->hash != ref.hash) return "header names another block (" + h->hash.hex() + ")";
         if (h->n_tokens != ref.n_tokens || !plausible_tokens)
-            return fail(fmt::format("holds {} tokens, expected {}", h->n_tokens, ref.n_tokens));
+            return fmt::format("holds {} tokens, expected {}", h->n_tokens, ref.n_tokens);
         // A partial block is stored packed, or whole by a kvlm before 2026-11-26.
         const size_t packed = shape.stored_bytes(ref.n_tokens);
         if (h->payload_size != packed && h->payload_size != full)
-            return fail(fmt::format("payload is {} bytes, expected {}", h->payload_size, packed));
+            return fmt::format("payload is {} bytes, expected {}", h->payload_size, packed);
         const size_t size = size_t(h->payload_size);
         if (!payload_read && file.read_at(record, size, block_payload_offset(*h)) != size)
-            return fail("changed while being read");
+            return "changed while being read";
         uint64_t actual = payload_checksum(record, size);
         if (actual != h->payload_checksum || actual != ref.checksum)
-            return fail("checksum mismatch (the file is damaged)");
+            return "checksum mismatch (the file is damaged)";
         if (size != full) unpack_partial_record(shape, ref.n_tokens, static_cast<uint8_t*>(record));
     } catch (const Error& e) {
-        return fail(e.what());
+        return e.what();
     }
     return "";
 }

@@ -97,15 +97,6 @@ public:
     // several threads at once.
     std::string read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, const BlockRecordShape& shape,
                            void* record) const;
-    // The same, where `record` is pool memory that `map` can map a file over: a full block stored with its
-    // payload at offset 0 (format version 2) is offered to map(fd) first and, when mapped, verified in place
-    // (*mapped = true; a mapping that then fails verification is undone with unmap()). Otherwise read.
-    struct Mapper {
-        std::function<bool(int fd)> map;
-        std::function<void()> unmap;
-    };
-    std::string read_block(const SessionBlockRef& ref, const BlockHash& kv_namespace, const BlockRecordShape& shape,
-                           void* record, const Mapper& mapper, bool* mapped) const;
 
     // Saves a session: writes every block of manifest.blocks that is not already on disk with a valid
     // header (or is listed in `rewrite`), fetching its record with read_payload(i, buffer) (buffer:

@@ -44,35 +44,6 @@ size_t HugeBuffer::page_size() {
     return size;
 }
 
-bool HugeBuffer::resident(size_t offset, size_t size) const {
-    const size_t page = page_size();
-    if (size == 0 || offset % page != 0 || size % page != 0) return true;
-    unsigned char in_memory = 0;
-    for (size_t at : {offset, offset + size - page}) {
-        // A failure counts as resident: the caller then does not map a file over the range.
-        if (::mincore(data_ + at, page, &in_memory) != 0 || (in_memory & 1)) return true;
-    }
-    return false;
-}
-
-bool HugeBuffer::map_file(size_t offset, size_t size, int fd) {
-    const size_t page = page_size();
-    if (!data_ || size == 0 || offset % page != 0 || size % page != 0 || uintptr_t(data_) % page != 0) return false;
-    void* p = ::mmap(data_ + offset, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0);
-    if (p == MAP_FAILED) {
-        remap_anonymous(offset, size);  // a failed MAP_FIXED may have unmapped the range already
-        return false;
-    }
-    // Only a file in the page cache: from disk, one read of the block (the caller's fallback) beats a
-    // readahead per page fault (measured: 0.6 against 0.8 GB/s cold). mincore on the mapping reports the
-    // file's pages.
-    if (!resident(offset, size)) {
-        remap_anonymous(offset, size);
-        return false;
-    }
-    return true;
-}
-
 void HugeBuffer::remap_anonymous(size_t offset, size_t size) {
     void* p = ::mmap(data_ + offset, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     if (p == MAP_FAILED) throw_error("KV pool: cannot map fresh memory over a block: {}", os_error_text(errno));

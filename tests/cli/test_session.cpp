@@ -718,3 +718,26 @@ TEST_CASE("session cli: a closed pipe or Ctrl-C during run --session saves what 
         CHECK(read_file(dir.file("out")).size() > 0);
     }
 }
+
+TEST_CASE("session cli: block files truncated while a chat runs from them: the chat goes on with the same answer") {
+    // A restored session's K/V is read into the pool, never mapped: truncating its block files while the
+    // chat waits for the next message (the probe's finding) killed kvlm with SIGBUS, exit 135.
+    TempDir dir, copy;
+    const std::string first = "Once upon a time there was a little girl named Lily. She loved to play with her ball "
+                              "in the park every day\n";
+    auto chat = [&](const std::string& store, const std::string& shell_input) {
+        return run_shell(shell_input + " | " +
+                         kvlm_command({"chat", "-m", stories(), "--chat-template", "chatml", "--session", "c",
+                                       "--session-dir", store, "-n", "30", "--temp", "0", "-t", "1"}));
+    };
+    REQUIRE(chat(dir.path(), "printf %s " + shell_quote(first)).exit_code == 0);
+    std::filesystem::copy(dir.path(), copy.path(), std::filesystem::copy_options::recursive |
+                                                       std::filesystem::copy_options::overwrite_existing);
+    const CliResult want = chat(copy.path(), "printf 'Then what?\\n'");
+    REQUIRE_MESSAGE(want.exit_code == 0, want.err);
+    const CliResult got = chat(dir.path(), "{ sleep 1; find " + shell_quote(dir.path() + "/blocks") +
+                                               " -type f -exec truncate -s 100 {} +; printf 'Then what?\\n'; }");
+    CHECK_MESSAGE(got.exit_code == 0, got.err);
+    CHECK(got.out == want.out);
+    CHECK(got.out.size() > 20);
+}

@@ -393,68 +393,6 @@ TEST_CASE("cpu_backend: KV blocks read, written and copied elsewhere continue th
     CHECK_THROWS_AS(a->copy_kv_block(0, 99), Error);
 }
 
-// q8_0 records (34-byte blocks) are not whole pages: the pool pads them (KvLayout::block_stride) so that a
-// session's block files can still be mapped over pool blocks; mapped, written or copied, every block reads
-// back as its record and the sequence continues with the same bits.
-TEST_CASE("cpu_backend: q8_0 KV records padded to pages are mapped from block files and continue the sequence") {
-    ModelConfig config = small_random_config();
-    config.n_embd = 128, config.n_heads = 2, config.n_kv_heads = 2, config.head_dim = 64, config.n_layers = 24;
-    config.n_ff = 128;
-    auto m = make_random_model(config, DType::f32, 23);
-    const int32_t n_vocab = config.n_vocab;
-    BackendOptions options;
-    options.block_size = 16, options.kv_dtype = DType::q8_0, options.n_kv_blocks = 8;
-    auto a = make_cpu_backend(config, m->weights, options);
-    auto b = make_cpu_backend(config, m->weights, options);
-    const size_t record_bytes = a->kv_block_bytes();
-    REQUIRE(record_bytes == size_t(24) * 2 * 16 * 2 * 2 * 34);  // 104,448 bytes: 25.5 pages
-    std::vector<int32_t> tokens = random_tokens(40, n_vocab, 5);
-    BlockTable table;
-    table.blocks = {3, 5, 1};
-    std::vector<float> expected(static_cast<size_t>(n_vocab)), got(expected.size());
-    a->forward(tokens.data(), 39, 0, table, expected.data());
-    a->forward(&tokens[39], 1, 39, table, expected.data());
-
-    TempDir dir;
-    BlockTable restored;
-    restored.blocks = {6, 0, 2};
-    std::vector<uint8_t> record(record_bytes), back(record_bytes);
-    for (size_t i = 0; i < 3; i++) {
-        a->read_kv_block(table.blocks[i], record.data());
-        if (i == 2) {  // the partial last block is written, as a restore reads it
-            b->write_kv_block(restored.blocks[i], record.data());
-            continue;
-        }
-        // A version-2 block file: the record, then 64 header bytes (here a pattern nothing may read).
-        const std::string path = dir.path() + "/b" + std::to_string(i);
-        std::string file(reinterpret_cast<const char*>(record.data()), record.size());
-        file.append(64, char(0x5a));
-        write_file(path, file);
-        const int fd = ::open(path.c_str(), O_RDONLY);
-        REQUIRE(fd >= 0);
-        CHECK(b->map_kv_block(restored.blocks[i], fd));
-        ::close(fd);
-        b->read_kv_block(restored.blocks[i], back.data());
-        CHECK(back == record);
-    }
-    b->forward(&tokens[39], 1, 39, restored, got.data());
-    CHECK(std::memcmp(expected.data(), got.data(), got.size() * sizeof(float)) == 0);
-    // Copy-on-write: other K/V written over a mapped block (pool block 6, from file b0) reach the pool, not the
-    // file; a copy of a mapped block is its record.
-    const std::string file_before = read_file(dir.path() + "/b0");
-    b->copy_kv_block(0, 7);
-    b->read_kv_block(7, back.data());
-    a->read_kv_block(table.blocks[1], record.data());
-    CHECK(back == record);
-    BlockTable other;
-    other.blocks = {6};
-    std::vector<int32_t> other_tokens = random_tokens(8, n_vocab, 6);
-    b->forward(other_tokens.data(), 8, 0, other, got.data());
-    b->read_kv_block(6, back.data());
-    CHECK(read_file(dir.path() + "/b0") == file_before);
-    CHECK(std::memcmp(back.data(), file_before.data(), record_bytes) != 0);
-}
-
 TEST_CASE("cpu_backend: bad forward arguments throw Error") {
     auto m = variant_model(kVariants[0]);
     BackendOptions options;
