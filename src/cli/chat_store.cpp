@@ -90,7 +90,7 @@ void ChatStore::save(Engine& engine, const ChatSession& chat, const std::string&
     std::vector<uint8_t> state = chat.encode_state();
     const std::string next = next_state_path(target);
     try {
-        make_directories(store_.dir() + "/chats");
+        make_private_directories(store_.dir() + "/chats");
         write_file_atomic(next, state.data(), state.size(), next);
     } catch (const Error& e) {
         throw_error("cannot save session '{}' in {}: {}; the previous state of the session is intact and this "

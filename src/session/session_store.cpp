@@ -184,17 +184,46 @@ std::string SessionStore::block_path(const BlockHash& hash) const {
 void SessionStore::ensure_writable() const {
     for (const char* sub : {"", "/sessions", "/blocks", "/locks"}) {
         std::string path = dir_ + sub;
-        std::error_code ec;
-        fs::create_directories(path, ec);
-        if (ec || ::access(path.c_str(), W_OK | X_OK) != 0)
+        std::string problem;
+        try {
+            make_private_directories(path);
+        } catch (const Error& e) {
+            problem = e.what();
+        }
+        if (problem.empty() && ::access(path.c_str(), W_OK | X_OK) != 0) problem = std::strerror(errno);
+        if (!problem.empty())
             throw_error("session directory {} is not usable: cannot create or write {}: {} (choose another with "
                         "--session-dir or KVLM_SESSION_DIR)",
-                        dir_, path, ec ? ec.message() : std::strerror(errno));
+                        dir_, path, problem);
     }
+    make_owner_only();
+}
+
+// The store holds chats' text and every session's token ids and K/V: its directories, manifests and chat
+// states are owner-only. A store a kvlm before 2026-12-02 made (0755 directories, 0644 files under the usual
+// umask) is tightened on its first write, with a note; block files are then behind an owner-only directory.
+void SessionStore::make_owner_only() const {
+    struct stat st;
+    if (::stat(dir_.c_str(), &st) != 0 || (st.st_mode & 077) == 0) return;
+    const unsigned before = st.st_mode & 0777;
+    std::vector<std::string> dirs{dir_, dir_ + "/sessions", dir_ + "/blocks", dir_ + "/locks", dir_ + "/chats"};
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(dir_ + "/blocks", ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+        if (it->is_directory(ec)) dirs.push_back(it->path().string());
+    for (const std::string& d : dirs) ::chmod(d.c_str(), 0700);
+    for (const char* sub : {"/sessions", "/chats", "/locks"})
+        for (auto it = fs::directory_iterator(dir_ + sub, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+            if (it->is_regular_file(ec)) ::chmod(it->path().c_str(), 0600);
+    std::fprintf(stderr,
+                 "kvlm: note: session directory %s could be read by other users (mode %03o); made it owner-only "
+                 "(0700, manifests and chats 0600)\n",
+                 dir_.c_str(), before);
 }
 
 FileLock SessionStore::lock_session(const std::string& name, const std::string& what_to_do) const {
-    check_name(name, NameUse::existing);  // the callers that create a session check the name themselves
+    // A session that does not exist yet is about to be created: its name must pass as a new one before its lock
+    // file is made (a refused "-x" left locks/-x.lock behind).
+    check_name(name, has_session(name) ? NameUse::existing : NameUse::create);
     ensure_writable();
     FileLock lock;
     if (!lock.try_lock(dir_ + "/locks/" + name + ".lock", FileLock::Mode::exclusive))
@@ -379,7 +408,7 @@ SavedBlocks SessionStore::save(const std::string& name, SessionManifest& manifes
         h.payload_checksum = payload_checksum(payload.data(), payload_size);
         ref.checksum = h.payload_checksum;
         std::string sub = path.substr(0, path.rfind('/'));
-        make_directories(sub);
+        make_private_directories(sub);
         std::vector<uint8_t> file = encode_block_file(h, payload.data());
         write_file_atomic(path, file.data(), file.size(), fmt::format("session '{}': block {}", name, i), false);
         written.n_files++;

@@ -74,7 +74,8 @@ public:
     // `kvlm chat`'s messages for session NAME; its save writes chat_path(NAME) + ".new" first.
     std::string chat_path(const std::string& name) const;
 
-    // Creates the directory tree; throws a clear Error if it cannot be created or written.
+    // Creates the directory tree, owner-only (0700), and tightens an older store that others could read (with a
+    // note on stderr); throws a clear Error if it cannot be created or written.
     void ensure_writable() const;
     // Exclusive, non-blocking lock on one session, held while a run uses it. Throws Error naming the
     // session when another kvlm holds it, ending with `what_to_do`.
@@ -130,6 +131,7 @@ public:
     uint64_t total_bytes() const;
 
 private:
+    void make_owner_only() const;
     std::string dir_;
 };
 

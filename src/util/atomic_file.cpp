@@ -42,8 +42,9 @@ void fsync_directory(const std::string& dir) {
 void write_file_atomic(const std::string& path, const void* data, size_t size, const std::string& display_name,
                        bool sync_dir) {
     std::string temp = temp_name_for(path);
-    int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) throw_error("{}: cannot create {}: {}", display_name, temp, os_error_text(errno));
+    ::fchmod(fd, 0600);  // 0600 whatever the umask (a umask can only remove bits, but 0600 is the promise)
     auto fail = [&](const char* action) {
         int err = errno;
         ::close(fd);
@@ -88,10 +89,18 @@ bool read_whole_file(const std::string& path, std::vector<uint8_t>* out) {
     return read_file_head(path, SIZE_MAX, out);
 }
 
-void make_directories(const std::string& dir) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw_error("{}: cannot create directory: {}", dir, os_error_text(ec.value()));
+void make_private_directories(const std::string& dir) {
+    if (dir.empty()) return;
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) throw_error("{}: cannot create directory: it is a file", dir);
+        return;
+    }
+    const std::string parent = dir_of(dir);
+    if (parent != dir && parent != "." && parent != "/") make_private_directories(parent);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+        throw_error("{}: cannot create directory: {}", dir, os_error_text(errno));
+    ::chmod(dir.c_str(), 0700);  // owner-only whatever the umask
 }
 
 }  // namespace kvlm

@@ -22,13 +22,18 @@ FileLock& FileLock::operator=(FileLock&& other) noexcept {
 }
 
 int FileLock::open_file(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // Never through a symbolic link (one planted at the lock's path would make kvlm create or lock a file
+    // elsewhere); owner-only, as the store is.
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) return fd;
     int err = errno;
     // flock works on a read-only descriptor too: readers of a store they may not write (ls, verify) can lock.
-    if (err == EACCES || err == EROFS) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw_error("{}: cannot create lock file: {}", path, std::strerror(err));
-    return fd;
+    if (err == EACCES || err == EROFS) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) return fd;
+    if (err == ELOOP)
+        throw_error("{}: cannot create lock file: it is a symbolic link, which kvlm does not follow (remove it)",
+                    path);
+    throw_error("{}: cannot create lock file: {}", path, std::strerror(err));
 }
 
 bool FileLock::try_lock(const std::string& path, Mode mode) {

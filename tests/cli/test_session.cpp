@@ -741,3 +741,80 @@ TEST_CASE("session cli: block files truncated while a chat runs from them: the c
     CHECK(got.out == want.out);
     CHECK(got.out.size() > 20);
 }
+
+namespace {
+
+// Every directory and file under `dir` whose mode lets group or others in, as "path mode" lines.
+std::string loose_entries(const std::string& dir) {
+    std::string loose;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+        struct stat st;
+        if (::lstat(e.path().c_str(), &st) != 0) continue;
+        if (st.st_mode & 077) loose += fmt::format("{} {:o}\n", e.path().string(), st.st_mode & 0777);
+    }
+    return loose;
+}
+
+}  // namespace
+
+TEST_CASE("session cli: the store is owner-only whatever the umask, and an older store is tightened with a note") {
+    for (const char* mask : {"022", "000"}) {
+        CAPTURE(mask);
+        TempDir dir;
+        const std::string store = dir.file("store");
+        const std::string prompt = "Once upon a time";
+        CliResult r = run_shell(std::string("umask ") + mask + "; " +
+                                kvlm_command({"run", "-m", stories(), "-p", prompt, "-n", "20", "--temp", "0",
+                                              "--session", "s", "--session-dir", store}));
+        REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+        CliResult c = run_shell(std::string("umask ") + mask + "; printf 'Hello\\n' | " +
+                                kvlm_command({"chat", "-m", stories(), "--chat-template", "chatml", "-n", "8",
+                                              "--temp", "0", "--session", "c", "--session-dir", store}));
+        REQUIRE_MESSAGE(c.exit_code == 0, c.err);
+        CHECK(std::filesystem::exists(store + "/chats/c.chat"));
+        CHECK_MESSAGE(loose_entries(store).empty(), loose_entries(store));
+        struct stat st;
+        REQUIRE(::stat(store.c_str(), &st) == 0);
+        CHECK((st.st_mode & 0777) == 0700);
+        REQUIRE(::stat((store + "/sessions/s.manifest").c_str(), &st) == 0);
+        CHECK((st.st_mode & 0777) == 0600);
+    }
+    // A store as an older kvlm left it (0755 directories, 0644 files): the next write tightens it and says so.
+    TempDir dir;
+    const std::string store = dir.file("store");
+    REQUIRE(run_turn(store, "s", "Once upon a time").exit_code == 0);
+    for (const auto& e : std::filesystem::recursive_directory_iterator(store))
+        ::chmod(e.path().c_str(), e.is_directory() ? 0755 : 0644);
+    ::chmod(store.c_str(), 0755);
+    CliResult r = run_turn(store, "s", " Then");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK_MESSAGE(contains(r.err, "session directory " + store + " could be read by other users (mode 755); made it "
+                                  "owner-only"),
+                  r.err);
+    struct stat st;
+    for (const std::string& d : {store, store + "/sessions", store + "/blocks", store + "/locks"}) {
+        REQUIRE(::stat(d.c_str(), &st) == 0);
+        CHECK_MESSAGE((st.st_mode & 077) == 0, d);
+    }
+    REQUIRE(::stat((store + "/sessions/s.manifest").c_str(), &st) == 0);
+    CHECK((st.st_mode & 077) == 0);
+    CHECK(!contains(run_turn(store, "s", " Then").err, "could be read by other users"));  // once
+}
+
+TEST_CASE("session cli: a lock file that is a symbolic link is refused; a refused name leaves no lock file") {
+    TempDir dir, elsewhere;
+    const std::string store = dir.file("store");
+    REQUIRE(run_turn(store, "s", "Once upon a time").exit_code == 0);
+    // A link planted at the lock's path: kvlm neither follows it (creating the file it names) nor runs.
+    const std::string target = elsewhere.file("planted");
+    std::filesystem::create_symlink(target, store + "/locks/t.lock");
+    CliResult linked = run_turn(store, "t", "Once");
+    CHECK(linked.exit_code != 0);
+    CHECK_MESSAGE(contains(linked.err, "locks/t.lock: cannot create lock file: it is a symbolic link"), linked.err);
+    CHECK(!std::filesystem::exists(target));
+    // A name refused for a new session is refused before its lock file is made.
+    CliResult dash = run_turn(store, "-x", "Once");
+    CHECK(dash.exit_code != 0);
+    CHECK_MESSAGE(contains(dash.err, "session name '-x' is not valid"), dash.err);
+    CHECK(!std::filesystem::exists(store + "/locks/-x.lock"));
+}
