@@ -113,13 +113,14 @@ public:
 private:
     int run_piped() {
         if (options_.single) {
-            std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+            std::string text;
+            read_bounded(std::cin, &text, false, "the message on stdin");
             if (!text.empty() && text.back() == '\n') text.pop_back();
             if (!text.empty() && text.back() == '\r') text.pop_back();
             if (!text.empty()) handle(text);
         } else {
             std::string line, message;
-            while (std::getline(std::cin, line)) {
+            while (read_bounded(std::cin, &line, true, "a line on stdin")) {
                 if (!line.empty() && line.back() == '\r') line.pop_back();
                 if (!line.empty() && line.back() == '\\') {
                     line.pop_back();
@@ -127,6 +128,9 @@ private:
                     continue;
                 }
                 message += line;
+                if (message.size() > kMaxPromptBytes)
+                    throw_error("a message on stdin is larger than {} MiB, more text than any context holds",
+                                kMaxPromptBytes >> 20);
                 if (message.empty()) continue;
                 bool go_on = handle(message);
                 message.clear();

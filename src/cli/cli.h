@@ -89,6 +89,13 @@ SamplingParams resolve_run_sampling(const Engine& engine, const SamplingSettings
 // `no_input_message` (nothing is waited for).
 std::string read_piped_stdin(const std::string& no_input_message);
 
+// The most bytes kvlm reads as one prompt or message (stdin, --system-file): more text than any context
+// holds (a million tokens of 64 bytes), so a larger input is a mistake (`</dev/zero`), not a prompt.
+constexpr size_t kMaxPromptBytes = size_t(64) << 20;
+// Reads `in` to its end, or one line of it (without the newline) when `one_line`; throws Error naming `what`
+// once more than kMaxPromptBytes come. False at the end of input with nothing read.
+bool read_bounded(std::istream& in, std::string* text, bool one_line, const std::string& what);
+
 // The store directory a --session-dir value names ("" = SessionStore::default_dir()).
 std::string session_store_dir(const std::string& dir);
 // A --session-quota value in bytes ("" = kDefaultSessionQuota); throws Error naming the flag on a bad size.

@@ -78,9 +78,38 @@ SamplingParams resolve_run_sampling(const Engine& engine, const SamplingSettings
     return params;
 }
 
+bool read_bounded(std::istream& in, std::string* text, bool one_line, const std::string& what) {
+    text->clear();
+    std::streambuf* buffer = in.rdbuf();
+    bool any = false;
+    auto too_long = [&] {
+        throw_error("{} is larger than {} MiB, more text than any context holds (is it the right input?)", what,
+                    kMaxPromptBytes >> 20);
+    };
+    if (!one_line) {
+        char chunk[65536];
+        for (std::streamsize n; (n = buffer->sgetn(chunk, sizeof chunk)) > 0;) {
+            any = true;
+            text->append(chunk, size_t(n));
+            if (text->size() > kMaxPromptBytes) too_long();
+        }
+        in.setstate(std::ios::eofbit);
+        return any;
+    }
+    for (int c; (c = buffer->sbumpc()) != std::char_traits<char>::eof();) {
+        any = true;
+        if (c == '\n') return true;
+        text->push_back(char(c));
+        if (text->size() > kMaxPromptBytes) too_long();
+    }
+    in.setstate(std::ios::eofbit);
+    return any;
+}
+
 std::string read_piped_stdin(const std::string& no_input_message) {
     if (isatty(STDIN_FILENO)) throw_error("{}", no_input_message);
-    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    std::string text;
+    read_bounded(std::cin, &text, false, "the text on stdin");
     if (text.size() >= 2 && text.compare(text.size() - 2, 2, "\r\n") == 0) text.resize(text.size() - 2);
     else if (!text.empty() && text.back() == '\n') text.pop_back();
     return text;

@@ -25,6 +25,7 @@ constexpr int32_t kMaxNumberDigits = 16;  // integer digits (and fraction digits
 // $refs can ask for billions. About 100 bytes a node: the tree stays under ~30 MB, and a schema past it stops
 // in well under a second, naming the place that pushed it over.
 constexpr size_t kMaxSchemaNodes = 300'000;
+constexpr size_t kMaxSchemaBytes = size_t(1) << 20;  // a --json-schema file
 
 RegexNode lit(std::string_view text) { return RegexNode::literal(text); }
 RegexNode re(std::string_view pattern) { return parse_regex(pattern, "kvlm's built-in pattern"); }
@@ -448,10 +449,15 @@ Json read_json_schema(const std::string& text_or_path) {
         if (!in)
             throw_error("--json-schema {}: cannot open it ({}); give a file or the schema's JSON text", text_or_path,
                         os_error_text(errno));
-        std::ostringstream buffer;
-        buffer << in.rdbuf();
+        // A schema is text a person or a program wrote: past kMaxSchemaBytes it is no schema (--json-schema
+        // /dev/zero read until memory ran out).
+        text.resize(kMaxSchemaBytes + 1);
+        in.read(text.data(), std::streamsize(text.size()));
         if (in.bad()) throw_error("--json-schema {}: read failed", text_or_path);
-        text = buffer.str();
+        text.resize(size_t(in.gcount()));
+        if (text.size() > kMaxSchemaBytes)
+            throw_error("--json-schema {}: the file is larger than {} MiB, which no schema kvlm compiles is",
+                        text_or_path, kMaxSchemaBytes >> 20);
         source = "--json-schema " + text_or_path;
     }
     try {

@@ -272,3 +272,30 @@ TEST_CASE("bad input: NaN or infinite logits are an error, never sampled") {
                       r.err);
     }
 }
+
+TEST_CASE("bad input: endless input (a prompt or message from /dev/zero, a schema file) is refused at a bound") {
+    // A prompt from </dev/zero grew to 3.9 GB in 60 s with no message; --json-schema /dev/zero ended in
+    // std::bad_alloc at 4.3 GB. Each now stops at its bound (64 MiB of text, 1 MiB of schema) and says so.
+    const std::string model = stories_kvlm();
+    struct Case {
+        std::string command, needle;
+    };
+    const Case cases[] = {
+        {kvlm_command({"run", "-m", model, "-n", "1"}) + " </dev/zero",
+         "the text on stdin is larger than 64 MiB, more text than any context holds"},
+        {kvlm_command({"tokenize", model}) + " </dev/zero", "the text on stdin is larger than 64 MiB"},
+        {kvlm_command({"chat", "-m", model, "--chat-template", "chatml", "-n", "1"}) + " </dev/zero",
+         "a line on stdin is larger than 64 MiB"},
+        {kvlm_command({"chat", "-m", model, "--chat-template", "chatml", "-n", "1", "--single"}) + " </dev/zero",
+         "the message on stdin is larger than 64 MiB"},
+        {kvlm_command({"run", "-m", model, "-n", "1", "-p", "x", "--json-schema", "/dev/zero"}),
+         "--json-schema /dev/zero: the file is larger than 1 MiB"},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.command);
+        CliResult r = run_shell("timeout 60 " + c.command);
+        CHECK(r.exit_code == 1);
+        CHECK(r.out.empty());
+        CHECK_MESSAGE(contains(r.err, "error: " + c.needle), r.err);
+    }
+}
