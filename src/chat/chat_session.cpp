@@ -79,6 +79,17 @@ ChatSession::~ChatSession() { engine_.prefix_cache().release(seq_); }
 void ChatSession::reset() { reset(std::string(system_)); }
 
 void ChatSession::reset(const std::string& system) {
+    if (!system.empty() && system != system_) {
+        // Checked before anything changes: a system prompt that leaves no room for a message would make every
+        // later message fail (and /reset would keep it).
+        const std::vector<int32_t> first =
+            first_chat_turn_tokens(engine_, template_, {{"system", system}, {"user", ""}}, plain_message_text_);
+        if (int64_t(first.size()) >= engine_.n_ctx())
+            throw_error("the system prompt takes {} tokens with the chat template, and the context is {} tokens: no "
+                        "message would fit; give a shorter one{}",
+                        first.size(), engine_.n_ctx(),
+                        engine_.n_ctx() < engine_.model().config().n_ctx ? " or a larger -c" : "");
+    }
     engine_.prefix_cache().release(seq_);
     system_ = system;
     messages_.clear();

@@ -139,6 +139,8 @@ int run_samples(Engine& engine, const RunOptions& options, const std::vector<int
         wrote_newline_last = text.back() == '\n';
     };
     auto report = [&](int32_t i, GenerationResult& result) {
+        // On a terminal the answer's line ends before any note on stderr follows it.
+        if (!wrote_newline_last && isatty(STDOUT_FILENO)) write_text("\n");
         result.n_prompt = prompt.n_prompt;
         result.n_reused = i == 0 ? prompt.n_reused : prompt.n_prompt;  // later samples share the prefilled prompt
         result.n_prefilled = i == 0 ? prompt.n_prefilled : 0;

@@ -174,7 +174,8 @@ private:
         return RegexNode::sequence(std::move(parts));
     }
 
-    // A count in {n,m}; false (pos_ unchanged) when the text there is not a quantifier (then '{' is literal).
+    // A count in {n}, {n,}, {n,m}, {,m} or {,} (the last two from 0, as Python reads them); false (pos_ unchanged)
+    // when the text there is not a quantifier (then '{' is literal).
     bool counted(int32_t* min, int32_t* max) {
         size_t i = pos_ + 1;
         auto number = [&](int32_t* out) {
@@ -189,11 +190,17 @@ private:
             *out = int32_t(v);
             return true;
         };
-        if (!number(min)) return false;
-        *max = *min;
-        if (i < end_ && p_[i] == ',') {
+        if (i < end_ && p_[i] == ',') {  // {,m}, and {,} for {0,}, as Python reads them
             i++;
+            *min = 0;
             if (!number(max)) *max = -1;
+        } else {
+            if (!number(min)) return false;
+            *max = *min;
+            if (i < end_ && p_[i] == ',') {
+                i++;
+                if (!number(max)) *max = -1;
+            }
         }
         if (i >= end_ || p_[i] != '}') return false;
         if (*max >= 0 && *max < *min) fail(pos_, "a repeat {n,m} with m < n");

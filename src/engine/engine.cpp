@@ -182,10 +182,13 @@ Engine::Engine(const std::string& model_path, const EngineOptions& options) {
                          load_seconds_, open_seconds, tokenizer_seconds, check.seconds,
                          check.verified ? "" : " (skipped: verified before)", backend_seconds,
                          byte_size_text(uint64_t(backend_->n_kv_blocks()) * backend_->kv_block_bytes()).c_str());
+            // What --kv-dtype auto and a session's saved block size chose (nothing a user must act on: -v only).
+            if (!kv_why.empty())
+                std::fprintf(stderr, "kvlm: KV cache %s (%s)\n", dtype_name(kv_dtype_), kv_why.c_str());
+            if (!options.block_size_why.empty())
+                std::fprintf(stderr, "kvlm: KV block size %d (%s)\n", options.block_size,
+                             options.block_size_why.c_str());
         }
-        if (!kv_why.empty()) std::fprintf(stderr, "kvlm: KV cache %s (%s)\n", dtype_name(kv_dtype_), kv_why.c_str());
-        if (!options.block_size_why.empty())
-            std::fprintf(stderr, "kvlm: KV block size %d (%s)\n", options.block_size, options.block_size_why.c_str());
         if (options.kv_mem_bytes > 0 && blocks_for_ctx > backend_options.n_kv_blocks)
             std::fprintf(stderr, "kvlm: note: --kv-mem holds %lld tokens, less than the context of %d\n",
                          (long long)backend_options.n_kv_blocks * options.block_size, n_ctx_);

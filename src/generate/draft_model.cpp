@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "compute/best_tokens.h"
+#include "format/model_file.h"
 #include "generate/generate.h"
 #include "util/error.h"
 
@@ -33,12 +34,27 @@ std::string vocabulary_difference(const Tokenizer& draft, const Tokenizer& targe
     return "";
 }
 
+namespace {
+
+// The draft engine within the draft model's trained context, so that a model that cannot be a draft at all (its
+// vocabulary differs) is refused for that, not for a context it was never going to run.
+EngineOptions within_trained_context(const std::string& path, EngineOptions options) {
+    options.n_ctx = std::min(options.n_ctx, ModelFile::open(path)->config().n_ctx);
+    return options;
+}
+
+}  // namespace
+
 DraftModel::DraftModel(const std::string& path, const EngineOptions& options, const Tokenizer& target)
-    : engine_(std::make_unique<Engine>(path, options)) {
+    : engine_(std::make_unique<Engine>(path, within_trained_context(path, options))) {
     if (std::string diff = vocabulary_difference(engine_->tokenizer(), target); !diff.empty())
         throw_error("--draft-model {}: its vocabulary differs from the model's ({}); a draft model must share the "
                     "target's tokens",
                     path, diff);
+    if (engine_->n_ctx() < options.n_ctx)
+        throw_error("--draft-model {}: its trained context of {} tokens is shorter than this run's context of {} (lower "
+                    "-c to {} or less)",
+                    path, engine_->n_ctx(), options.n_ctx, engine_->n_ctx());
 }
 
 DraftModel::~DraftModel() { engine_->prefix_cache().release(seq_); }

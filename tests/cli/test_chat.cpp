@@ -921,3 +921,27 @@ TEST_CASE("chat: a pasted block of lines is one message, and the input history o
     CHECK(off.wait_for([](const std::string& s) { return contains(s, "EXITED 0"); }, 30));
     CHECK(read_file(history) == before);
 }
+
+TEST_CASE("chat: a /system prompt that leaves no room is refused, the conversation and /reset unharmed") {
+    // A 100 KB /system made every later message fail, and /reset kept that system prompt.
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    std::string huge = "/system";
+    for (int i = 0; i < 20000; i++) huge += " word";
+    const std::vector<std::string> args = {"--chat-template", "chatml", "-n", "6", "-c", "256"};
+    CliResult plain = chat(stories(), "Hello\n/reset\nHi\n", args);
+    REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
+    CliResult r = chat(stories(), huge + "\nHello\n/reset\nHi\n", args);
+    CHECK(r.exit_code != 0);  // the refused command counts as an error of the piped run
+    CHECK_MESSAGE(contains(r.err, "error: the system prompt takes 60063 tokens with the chat template, and the context "
+                                  "is 256 tokens: no message would fit"),
+                  r.err);
+    CHECK(r.out == plain.out);  // both messages answered as without the /system
+    CHECK(!contains(r.err, "the context is full"));
+    // At start-up too, before any message.
+    std::vector<std::string> with_system = args;
+    with_system.insert(with_system.end(), {"--system", huge.substr(8)});
+    CliResult start = chat(stories(), "Hello\n", with_system);
+    CHECK(start.exit_code != 0);
+    CHECK(start.out.empty());
+    CHECK_MESSAGE(contains(start.err, "no message would fit"), start.err);
+}

@@ -271,3 +271,23 @@ TEST_CASE("run: bad input is a clear error, never a truncation or a crash") {
     CHECK(bad_number.exit_code != 0);
     CHECK(bad_number.out.empty());
 }
+
+TEST_CASE("run: on a terminal the answer's line ends before the notes on stderr, and at the end") {
+    // `script` gives kvlm a terminal for stdout and stderr: the note of a run cut short came on the answer's
+    // line ("...park. Onekvlm: stopped after 31 tokens").
+    if (!have_data(data_path("stories260K/stories260K.gguf"))) return;
+    auto on_terminal = [](const std::vector<std::string>& args) {
+        return run_shell("script -q -c " + shell_quote(kvlm_command(args)) + " /dev/null");
+    };
+    CliResult cut = on_terminal({"run", "-m", stories_kvlm(), "-p", "Once", "-n", "600", "-c", "32", "--temp", "0"});
+    REQUIRE_MESSAGE(cut.exit_code == 0, cut.out);
+    CHECK_MESSAGE(contains(cut.out, "\r\nkvlm: stopped after 31 tokens: context full"), cut.out);
+    CliResult plain = on_terminal({"run", "-m", stories_kvlm(), "-p", "Once", "-n", "5", "--temp", "0"});
+    REQUIRE_MESSAGE(plain.exit_code == 0, plain.out);
+    CHECK(plain.out.size() > 2);
+    CHECK(plain.out.compare(plain.out.size() - 2, 2, "\r\n") == 0);
+    // Not on a terminal: the text as the model wrote it, no newline added.
+    CliResult piped = run({"-p", "Once", "-n", "5", "--temp", "0"});
+    REQUIRE(piped.exit_code == 0);
+    CHECK(piped.out.back() != '\n');
+}

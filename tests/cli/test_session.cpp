@@ -282,7 +282,7 @@ TEST_CASE("session cli: --kv-dtype auto on the CPU is f16 for 16-bit and quantiz
     for (const char* type : {"f16", "bf16", "q8_0"}) {
         CAPTURE(type);
         const std::string model = converted_model(std::string("stories-kv-auto-") + type, {gguf, "--dtype", type});
-        CliResult r = run_turn(dir.path(), std::string("auto-") + type, "Once upon", {"--device", "cpu"}, model);
+        CliResult r = run_turn(dir.path(), std::string("auto-") + type, "Once upon", {"--device", "cpu", "-v"}, model);
         REQUIRE_MESSAGE(r.exit_code == 0, r.err);
         CHECK_MESSAGE(r.err.find(std::string("KV cache f16 (auto: f16 for the model's ") + type + " weights)") !=
                           std::string::npos,
@@ -292,8 +292,12 @@ TEST_CASE("session cli: --kv-dtype auto on the CPU is f16 for 16-bit and quantiz
     }
     const std::string f16 = converted_model("stories-kv-auto-f16", {gguf, "--dtype", "f16"});
     REQUIRE(run_turn(dir.path(), "old", "Once upon", {"--kv-dtype", "f32"}, f16).exit_code == 0);
-    CliResult continued = run_turn(dir.path(), "old", " Then", {}, f16);
+    CliResult continued = run_turn(dir.path(), "old", " Then", {"-v"}, f16);
     REQUIRE_MESSAGE(continued.exit_code == 0, continued.err);
+    // Without -v the choice is not announced (it was printed on every run).
+    CliResult quiet = run_turn(dir.path(), "old", " Then", {}, f16);
+    REQUIRE_MESSAGE(quiet.exit_code == 0, quiet.err);
+    CHECK_MESSAGE(quiet.err.find("KV cache") == std::string::npos, quiet.err);
     CHECK_MESSAGE(continued.err.find("KV cache f32 (auto: session 'old' was saved with it)") != std::string::npos,
                   continued.err);
     CHECK(run_kvlm({"session", "show", "old", "--session-dir", dir.path()}).out.find("KV:        f32") !=

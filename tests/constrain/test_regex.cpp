@@ -62,6 +62,13 @@ TEST_CASE("regex: operators, classes and UTF-8") {
     CHECK(matches("\\d\\w\\s", "7_ "));
     CHECK(matches("[\\d.-]+", "1.5-2"));
     CHECK(matches("a{x", "a{x"));  // not a quantifier: literal, as in Python
+    // {,m} is {0,m} and {,} is {0,}, as Python reads them ({,3} was taken as the text "{,3}").
+    for (const char* text : {"", "1", "12", "123"}) CHECK(matches("[0-9]{,3}", text));
+    CHECK(!matches("[0-9]{,3}", "1234"));
+    CHECK(!matches("[0-9]{,3}", "1{,3}"));
+    CHECK(matches("a{,}", "aaaa"));
+    CHECK(matches("a{,}", ""));
+    CHECK(!matches("a{,}", "a{,}"));
     // Multi-byte characters: classes of code points, compiled to UTF-8 byte sequences.
     CHECK(matches("[α-ω]+", "λόγος") == false);  // ό is outside α-ω
     CHECK(matches("[α-ω]+", "λογος"));

@@ -285,10 +285,11 @@ TEST_CASE("cuda cli: --kv-dtype auto takes a 16-bit model's type on the GPU, f32
     if (!have_cuda()) return;
     if (!have_data(stories("stories260K.gguf"))) return;
     const std::string bf16 = converted_model("stories-bf16", {stories("stories260K.gguf"), "--dtype", "bf16"});
-    CliResult r = run_kvlm({"run", "-m", bf16, "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda"});
+    CliResult r = run_kvlm({"run", "-m", bf16, "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda", "-v"});
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     CHECK_MESSAGE(r.err.find("KV cache bf16 (auto: the model's bf16 weights on CUDA)") != std::string::npos, r.err);
-    CliResult f32 = run_kvlm({"run", "-m", stories_model(), "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda"});
+    CliResult f32 =
+        run_kvlm({"run", "-m", stories_model(), "-p", "Once", "-n", "4", "--temp", "0", "--device", "cuda", "-v"});
     REQUIRE_MESSAGE(f32.exit_code == 0, f32.err);
     CHECK_MESSAGE(f32.err.find("KV cache f32 (auto: the model's f32 weights)") != std::string::npos, f32.err);
 }

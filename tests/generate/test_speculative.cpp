@@ -255,4 +255,13 @@ TEST_CASE("speculative: --spec draft refuses a missing, unused or foreign draft 
     CHECK_MESSAGE(contains(foreign.err, "its vocabulary differs from the model's (n_vocab: 49152 in the draft model, "
                                         "512 in the target)"),
                   foreign.err);
+    // The other way round, without -c: the run's context (SmolLM2's 8192) is past the draft's trained 512, and
+    // the error blamed --ctx-size; the vocabulary is what rules the draft out.
+    CliResult reverse = run_kvlm({"run", "-m", smollm2, "-p", "Once", "-n", "4", "--spec", "draft", "--draft-model",
+                                  model});
+    CHECK(reverse.exit_code != 0);
+    CHECK_MESSAGE(contains(reverse.err, "its vocabulary differs from the model's (n_vocab: 512 in the draft model, "
+                                        "49152 in the target)"),
+                  reverse.err);
+    CHECK_MESSAGE(!contains(reverse.err, "--ctx-size"), reverse.err);
 }
