@@ -93,7 +93,7 @@ void make_private_directories(const std::string& dir) {
     if (dir.empty()) return;
     struct stat st;
     if (::stat(dir.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) throw_error("{}: cannot create directory: it is a file", dir);
+        if (!S_ISDIR(st.st_mode)) throw_error("{}: cannot create directory: {}", dir, os_error_text(ENOTDIR));
         return;
     }
     const std::string parent = dir_of(dir);
