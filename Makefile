@@ -250,12 +250,14 @@ bench-peer: $(BIN)
 	bash bench/peer_llamacpp.sh
 	bash bench/cold_prompt.sh
 
-# The outside probe's categories as scripts (tests/probe/README.md): mutated models, kill -9 during saves,
-# damaged store files, bad flags. PROBE_TRIALS / PROBE_SEED override each script's defaults; all four run,
-# and any failure fails the target.
+# The outside probes' categories as scripts (tests/probe/README.md): mutated models, kill -9 during saves,
+# damaged store files, bad flags; schema bombs and outputs, --samples/--beams pool sizing, a store changed
+# under a running session, config keys, store permissions. PROBE_TRIALS / PROBE_SEED override each script's
+# defaults; all nine run, and any failure fails the target.
 .PHONY: probe
 probe: $(BIN)
-	@rc=0; for s in mutated_models kill_during_save damaged_store bad_flags; do \
+	@rc=0; for s in mutated_models kill_during_save damaged_store bad_flags schemas pool_sizing store_faults \
+	    config_keys store_permissions; do \
 	    KVLM_BIN=$(abspath $(BIN)) bash tests/probe/$$s.sh || rc=1; done; exit $$rc
 
 format:

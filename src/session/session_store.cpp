@@ -199,24 +199,26 @@ void SessionStore::ensure_writable() const {
     make_owner_only();
 }
 
-// The store holds chats' text and every session's token ids and K/V: its directories, manifests and chat
-// states are owner-only. A store a kvlm before 2026-12-02 made (0755 directories, 0644 files under the usual
-// umask) is tightened on its first write, with a note; block files are then behind an owner-only directory.
+// The store holds chats' text and every session's token ids and K/V: it is owner-only. A store a kvlm before
+// 2026-12-02 made (0755 directories, 0644 files under the usual umask) is tightened on its first write, with a
+// note.
 void SessionStore::make_owner_only() const {
     struct stat st;
     if (::stat(dir_.c_str(), &st) != 0 || (st.st_mode & 077) == 0) return;
     const unsigned before = st.st_mode & 0777;
-    std::vector<std::string> dirs{dir_, dir_ + "/sessions", dir_ + "/blocks", dir_ + "/locks", dir_ + "/chats"};
+    // Once per store: every directory 0700 and every file 0600 (a walk of the block files too, which is why it
+    // runs only on a store found loose).
+    ::chmod(dir_.c_str(), 0700);
     std::error_code ec;
-    for (auto it = fs::directory_iterator(dir_ + "/blocks", ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-        if (it->is_directory(ec)) dirs.push_back(it->path().string());
-    for (const std::string& d : dirs) ::chmod(d.c_str(), 0700);
-    for (const char* sub : {"/sessions", "/chats", "/locks"})
-        for (auto it = fs::directory_iterator(dir_ + sub, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-            if (it->is_regular_file(ec)) ::chmod(it->path().c_str(), 0600);
+    for (auto it = fs::recursive_directory_iterator(dir_, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        if (it->is_symlink(ec)) continue;
+        if (it->is_directory(ec)) ::chmod(it->path().c_str(), 0700);
+        else if (it->is_regular_file(ec)) ::chmod(it->path().c_str(), 0600);
+    }
     std::fprintf(stderr,
                  "kvlm: note: session directory %s could be read by other users (mode %03o); made it owner-only "
-                 "(0700, manifests and chats 0600)\n",
+                 "(directories 0700, files 0600)\n",
                  dir_.c_str(), before);
 }
 
