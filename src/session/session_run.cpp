@@ -23,7 +23,7 @@ std::string start_fresh_hint(const std::string& name) {
 // problems[i] ("" when it verified), by up to kMaxReaders threads. Where the pool is host memory each file is
 // read straight into its pool block (copied once by the kernel and checksummed while it is in cache). Never
 // mapped: a mapped file truncated by someone else while kvlm runs would kill it with SIGBUS, and one
-// overwritten in place would change the KV under it (reading cost 10.6-14.8 ms where mapping took 5.3-7.4 ms
+// overwritten in place would change the KV under it (reading cost 12.6-18.9 ms where mapping took 3.9-6.3 ms
 // for 37 MiB, bench/RESULTS.md, session 31). Otherwise into a staging area of up to kStagingBytes, handed to the
 // backend one batch at a time (write_kv_blocks: a GPU copies a batch without waiting between blocks). A block
 // after one that failed may be left unread (its problem then says so): nothing past the first failure is kept.
