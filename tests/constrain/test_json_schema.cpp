@@ -175,7 +175,8 @@ std::string ref_bomb(int fan, int depth) {
 TEST_CASE("json schema: a schema that expands past the budget stops while expanding, naming where") {
     // Fan-out x depth: 3 x 6 took 1.8 s and 272 MB, 3 x 7 11 s and 1.4 GB, 4 x 10 and 10 x 14 were killed at 60 s.
     // Each is refused within the node budget (~30 MB of tree), whatever its expansion would be.
-    for (auto [fan, depth] : {std::pair{3, 6}, {3, 7}, {4, 10}, {10, 14}}) {
+    for (const std::pair<int, int>& shape : {std::pair{3, 6}, {3, 7}, {4, 10}, {10, 14}}) {
+        const int fan = shape.first, depth = shape.second;
         CAPTURE(fan);
         CAPTURE(depth);
         const std::string error = error_of(ref_bomb(fan, depth));
@@ -183,7 +184,8 @@ TEST_CASE("json schema: a schema that expands past the budget stops while expand
         CHECK_MESSAGE(contains(error, "--json-schema at /$defs/L"), error);
     }
     // Small ones of the same shape compile.
-    for (auto [fan, depth] : {std::pair{2, 3}, {3, 3}, {4, 2}}) {
+    for (const std::pair<int, int>& shape : {std::pair{2, 3}, {3, 3}, {4, 2}}) {
+        const int fan = shape.first, depth = shape.second;
         CAPTURE(fan);
         CAPTURE(depth);
         CHECK(error_of(ref_bomb(fan, depth)).empty());
