@@ -24,7 +24,9 @@ import sys
 from kvlm_file import read_kvlm
 
 # kvlm DType -> (GGML type id, elements per block, bytes per block)
-GGML_TYPES = {0: (0, 1, 4), 1: (1, 1, 2), 2: (30, 1, 2), 3: (8, 32, 34), 4: (2, 32, 18), 5: (3, 32, 20)}
+GGML_TYPES = {0: (0, 1, 4), 1: (1, 1, 2), 2: (30, 1, 2), 3: (8, 32, 34), 4: (2, 32, 18), 5: (3, 32, 20),
+              6: (6, 32, 22), 7: (7, 32, 24), 8: (10, 256, 84), 9: (11, 256, 110), 10: (12, 256, 144),
+              11: (13, 256, 176), 12: (14, 256, 210), 13: (20, 32, 18), 14: (23, 256, 136)}
 ALIGNMENT = 32
 GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 4, 5, 6, 7, 8, 9
 

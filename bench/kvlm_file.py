@@ -5,7 +5,7 @@ weights to other engines (export_hf.py: transformers; export_gguf.py: llama.cpp)
 import mmap
 import struct
 
-KNOWN_DTYPES = range(6)  # f32, f16, bf16, q8_0, q4_0, q4_1 (DType)
+KNOWN_DTYPES = range(15)  # f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k .. q6_k, iq4_nl, iq4_xs (DType)
 
 
 class Reader:

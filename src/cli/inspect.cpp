@@ -2,7 +2,9 @@
 // Only the report goes to stdout (text or one JSON object); progress goes to stderr.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
@@ -108,13 +110,17 @@ void print_text(const ModelFile& model, const std::vector<std::pair<std::string,
     line("");
 
     size_t name_width = 4;
-    for (const TensorInfo& info : model.tensors()) name_width = std::max(name_width, info.name.size());
+    size_t dtype_width = 5;  // "dtype"
+    for (const TensorInfo& info : model.tensors()) {
+        name_width = std::max(name_width, info.name.size());
+        dtype_width = std::max(dtype_width, std::strlen(dtype_name(info.dtype)));
+    }
     line(fmt::format("tensors: {} ({})", model.tensors().size(), tensor_type_counts(model.tensors())));
-    line(fmt::format("  {:<{}}  {:<5}  {:<14}  {:>14}", "name", name_width, "dtype", "shape", "bytes"));
+    line(fmt::format("  {:<{}}  {:<{}}  {:<14}  {:>14}", "name", name_width, "dtype", dtype_width, "shape", "bytes"));
     uint64_t total = 0;
     for (const TensorInfo& info : model.tensors()) {
-        line(fmt::format("  {:<{}}  {:<5}  {:<14}  {:>14}", info.name, name_width, dtype_name(info.dtype),
-                         shape_string(info.shape), info.n_bytes));
+        line(fmt::format("  {:<{}}  {:<{}}  {:<14}  {:>14}", info.name, name_width, dtype_name(info.dtype),
+                         dtype_width, shape_string(info.shape), info.n_bytes));
         total += info.n_bytes;
     }
     line(fmt::format("  total tensor bytes: {} ({})", total, byte_size_display(total, 2)));

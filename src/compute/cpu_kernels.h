@@ -11,6 +11,12 @@
 //   order: S = the exact integer sum of w[j]*q[j] (w = q, nibble - 8, or nibble), acc = fma(float(S),
 //   dw*dx, acc) (float(S) rounded to nearest even); q4_1 also bias = fma(m, s, bias) (s = dx * sum q).
 //   The result is acc + bias. SIMD paths run batches 8 rows at once, one row per lane.
+// - q5_0, q5_1, iq4_nl, q2_k .. q6_k and iq4_xs weights (matmul_quant_generic, the same function on every
+//   path): each 32-element chunk read as a QuantChunk (format/quant_blocks.h); per chunk in increasing order,
+//   per half h in order (two of 16 elements where the type has a scale per 16, else one of 32): S = the exact
+//   integer sum of w[j]*q[j], acc = fma(float(S), scale[h]*dx, acc); where the type has mins, bias =
+//   fma(min[h], m, bias) with m = s for a half of 32, else dx * float(sum of the half's q). The result is
+//   acc + bias.
 // - attention (attend_block, keys in chunks of kAttentionChunk positions, in increasing position): s_j = dot(k_j, q) * scale
 //   (the canonical dot); keys past the query's position take no part; m' = max(m, max_j s_j); alpha = 0 when
 //   m is -inf, else exp_c(m - m'); p_j = exp_c(s_j - m'); l = l * alpha, then l += p_j in increasing j;
@@ -122,6 +128,13 @@ struct CpuKernels {
     // The sum of exp_c(x[i] - shift) over i < n (x[i] <= shift: a softmax's denominator), in the path's order.
     double (*exp_sum)(const float* x, int64_t n, float shift);
 };
+
+// The types above without a path kernel: dot product of one weight row (n_blocks 32-element chunks) with
+// quantized activations, and matmul_q's contract over rows [r0, r1) of all n tokens. Compiled once with the
+// baseline flags (compute/quant_generic.cpp), so every path that calls it gets the same bits.
+float dot_quant_generic(const uint8_t* w, DType w_dtype, const ActivationBlock* x, int64_t n_blocks);
+void matmul_quant_generic(float* out, int64_t out_stride, const ActivationBlock* x, int64_t n, const void* w,
+                          DType w_dtype, int64_t n_in, int64_t r0, int64_t r1);
 
 extern const CpuKernels kScalarKernels;
 extern const CpuKernels kAvx2Kernels;

@@ -104,6 +104,8 @@ float dot_q(const uint8_t* w, DType w_dtype, const ActivationBlock* x, int64_t n
 
 void matmul_q(float* out, int64_t out_stride, const ActivationBlock* x, int64_t n, const void* w, DType w_dtype,
               int64_t n_in, int64_t r0, int64_t r1, void* scratch) {
+    if (w_dtype != DType::q8_0 && w_dtype != DType::q4_0 && w_dtype != DType::q4_1)
+        return matmul_quant_generic(out, out_stride, x, n, w, w_dtype, n_in, r0, r1);
     const int64_t n_blocks = n_in / 32;
     const size_t row_bytes = size_t(n_blocks) * dtype_block_bytes(w_dtype);
     for (int64_t t = 0; t < n; t++)

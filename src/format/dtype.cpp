@@ -4,13 +4,31 @@
 #include <algorithm>
 #include <cmath>
 
+#include "format/quant_blocks.h"
 #include "util/error.h"
 
 namespace kvlm {
 
-bool dtype_is_quantized(DType dtype) { return dtype == DType::q8_0 || dtype == DType::q4_0 || dtype == DType::q4_1; }
+bool dtype_is_quantized(DType dtype) { return dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16; }
 
-int64_t dtype_block_elements(DType dtype) { return dtype_is_quantized(dtype) ? kQuantBlock : 1; }
+bool dtype_has_quantizer(DType dtype) {
+    return !dtype_is_quantized(dtype) || dtype == DType::q8_0 || dtype == DType::q4_0 || dtype == DType::q4_1;
+}
+
+int64_t dtype_block_elements(DType dtype) {
+    switch (dtype) {
+        case DType::f32:
+        case DType::f16:
+        case DType::bf16: return 1;
+        case DType::q2_k:
+        case DType::q3_k:
+        case DType::q4_k:
+        case DType::q5_k:
+        case DType::q6_k:
+        case DType::iq4_xs: return kSuperBlock;
+        default: return kQuantBlock;
+    }
+}
 
 size_t dtype_block_bytes(DType dtype) {
     switch (dtype) {
@@ -20,6 +38,15 @@ size_t dtype_block_bytes(DType dtype) {
         case DType::q8_0: return 34;
         case DType::q4_0: return 18;
         case DType::q4_1: return 20;
+        case DType::q5_0: return 22;
+        case DType::q5_1: return 24;
+        case DType::q2_k: return 84;
+        case DType::q3_k: return 110;
+        case DType::q4_k: return 144;
+        case DType::q5_k: return 176;
+        case DType::q6_k: return 210;
+        case DType::iq4_nl: return 18;
+        case DType::iq4_xs: return 136;
     }
     KVLM_ASSERT(false, "unknown dtype");
     return 0;
@@ -48,6 +75,15 @@ const char* dtype_name(DType dtype) {
         case DType::q8_0: return "q8_0";
         case DType::q4_0: return "q4_0";
         case DType::q4_1: return "q4_1";
+        case DType::q5_0: return "q5_0";
+        case DType::q5_1: return "q5_1";
+        case DType::q2_k: return "q2_k";
+        case DType::q3_k: return "q3_k";
+        case DType::q4_k: return "q4_k";
+        case DType::q5_k: return "q5_k";
+        case DType::q6_k: return "q6_k";
+        case DType::iq4_nl: return "iq4_nl";
+        case DType::iq4_xs: return "iq4_xs";
     }
     return "unknown";
 }
@@ -61,7 +97,7 @@ bool dtype_from_name(const std::string& name, DType* out) {
     return false;
 }
 
-bool dtype_is_known(uint32_t raw) { return raw <= uint32_t(DType::q4_1); }
+bool dtype_is_known(uint32_t raw) { return raw <= uint32_t(DType::iq4_xs); }
 
 float f16_to_f32(uint16_t h) {
     uint32_t sign = uint32_t(h & 0x8000u) << 16;
@@ -124,32 +160,8 @@ uint16_t load_u16(const uint8_t* p) {
 }
 void store_u16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
 
-// One block of 32 elements each way. The quantizers follow ggml's reference (quantize_row_*_ref) step by
-// step in f32, so that they round exactly as it does: no fused multiply-add (ISO C++ mode does not contract).
-void dequantize_block(DType dtype, const uint8_t* b, float* out) {
-    const float d = f16_to_f32(load_u16(b));
-    switch (dtype) {
-        case DType::q8_0:
-            for (int j = 0; j < 32; j++) out[j] = float(int8_t(b[2 + j])) * d;
-            return;
-        case DType::q4_0:
-            for (int j = 0; j < 16; j++) {
-                out[j] = float(int(b[2 + j] & 0x0f) - 8) * d;
-                out[j + 16] = float(int(b[2 + j] >> 4) - 8) * d;
-            }
-            return;
-        case DType::q4_1: {
-            const float m = f16_to_f32(load_u16(b + 2));
-            for (int j = 0; j < 16; j++) {
-                out[j] = float(b[4 + j] & 0x0f) * d + m;
-                out[j + 16] = float(b[4 + j] >> 4) * d + m;
-            }
-            return;
-        }
-        default: KVLM_ASSERT(false, "dequantize_block of an unquantized type");
-    }
-}
-
+// One block of 32 elements. The quantizers follow ggml's reference (quantize_row_*_ref) step by step in f32, so
+// that they round exactly as it does: no fused multiply-add (ISO C++ mode does not contract).
 void quantize_block(DType dtype, const float* x, uint8_t* b) {
     switch (dtype) {
         case DType::q8_0: {
@@ -203,14 +215,9 @@ void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
         case DType::bf16:
             for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(load_u16(bytes + 2 * i));
             return;
-        case DType::q8_0:
-        case DType::q4_0:
-        case DType::q4_1: {
-            KVLM_ASSERT(n % kQuantBlock == 0, "convert_to_f32: not a whole number of blocks");
-            const size_t block_bytes = dtype_block_bytes(from);
-            for (size_t b = 0; b < n / kQuantBlock; b++) dequantize_block(from, bytes + b * block_bytes, dst + b * kQuantBlock);
+        default:
+            dequantize_blocks(from, src, dst, int64_t(n));
             return;
-        }
     }
 }
 
@@ -224,9 +231,8 @@ void convert_from_f32(DType to, const float* src, void* dst, size_t n) {
         case DType::bf16:
             for (size_t i = 0; i < n; i++) store_u16(bytes + 2 * i, f32_to_bf16(src[i]));
             return;
-        case DType::q8_0:
-        case DType::q4_0:
-        case DType::q4_1: {
+        default: {
+            KVLM_ASSERT(dtype_has_quantizer(to), "convert_from_f32: no quantizer for this type");
             KVLM_ASSERT(n % kQuantBlock == 0, "convert_from_f32: not a whole number of blocks");
             const size_t block_bytes = dtype_block_bytes(to);
             for (size_t b = 0; b < n / kQuantBlock; b++) quantize_block(to, src + b * kQuantBlock, bytes + b * block_bytes);

@@ -128,6 +128,10 @@ ConvertSummary convert_model(const ConvertOptions& o, bool show_progress) {
     DType dtype = DType::f32;
     if (!o.dtype.empty() && !dtype_from_name(o.dtype, &dtype))
         throw_error("--dtype {}: unknown type (expected f32, f16, bf16, q8_0, q4_0 or q4_1)", o.dtype);
+    if (!dtype_has_quantizer(dtype))
+        throw_error("--dtype {}: kvlm cannot quantize to {} yet (expected f32, f16, bf16, q8_0, q4_0 or q4_1; a GGUF "
+                    "that holds {} tensors, from llama-quantize, converts with its types kept)",
+                    o.dtype, o.dtype, o.dtype);
 
     ConvertSource src = open_source(o);
     const std::string source_name = o.synthetic.empty() ? o.source : "--synthetic " + o.synthetic;

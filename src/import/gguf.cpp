@@ -426,7 +426,16 @@ std::optional<DType> kvlm_dtype_of_ggml_type(uint32_t ggml_type) {
         case 1: return DType::f16;
         case 2: return DType::q4_0;
         case 3: return DType::q4_1;
+        case 6: return DType::q5_0;
+        case 7: return DType::q5_1;
         case 8: return DType::q8_0;
+        case 10: return DType::q2_k;
+        case 11: return DType::q3_k;
+        case 12: return DType::q4_k;
+        case 13: return DType::q5_k;
+        case 14: return DType::q6_k;
+        case 20: return DType::iq4_nl;
+        case 23: return DType::iq4_xs;
         case 30: return DType::bf16;
         default: return std::nullopt;
     }
@@ -435,9 +444,8 @@ std::optional<DType> kvlm_dtype_of_ggml_type(uint32_t ggml_type) {
 void GgufFile::dequantize(const GgufTensor& t, float* out) const {
     std::optional<DType> dtype = kvlm_dtype_of_ggml_type(t.ggml_type);
     if (!dtype || !t.data)
-        throw_error("{}: tensor '{}' has type {} (ggml type {}), which kvlm cannot import (supported: F32, F16, BF16, "
-                    "Q8_0, Q4_0, Q4_1)",
-                    path(), t.name, ggml_type_name(t.ggml_type), t.ggml_type);
+        throw_error("{}: tensor '{}' has type {} (ggml type {}), which kvlm cannot import (supported: {})", path(),
+                    t.name, ggml_type_name(t.ggml_type), t.ggml_type, kSupportedGgmlTypes);
     // The layouts are the same (format/dtype.h), and convert_to_f32 reads unaligned sources.
     convert_to_f32(*dtype, t.data, out, size_t(t.n_elements()));
 }

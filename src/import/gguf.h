@@ -26,8 +26,11 @@ struct GgufTensor {
     int64_t n_elements() const;
 };
 
-// The kvlm type that stores a ggml type's elements byte for byte (F32, F16, BF16, Q8_0, Q4_0, Q4_1), if any.
+// The kvlm type that stores a ggml type's elements byte for byte (kSupportedGgmlTypes), if any.
 std::optional<DType> kvlm_dtype_of_ggml_type(uint32_t ggml_type);
+// The GGUF tensor types kvlm keeps, for messages.
+constexpr const char* kSupportedGgmlTypes =
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
 
 class GgufFile {
 public:

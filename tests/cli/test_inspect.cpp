@@ -137,9 +137,9 @@ TEST_CASE("inspect rejects malformed files with a clear message") {
     uint64_t directory_offset = header_u64(b, 32);
     uint32_t name_length = 0;
     std::memcpy(&name_length, b.data() + directory_offset, 4);
-    patch_u32(b, directory_offset + 4 + name_length, 9);
+    patch_u32(b, directory_offset + 4 + name_length, 15);  // one past iq4_xs, the last DType
     write_file(bad, b);
-    check_inspect_fails(bad, "tensor token_embd.weight has unknown dtype 9");
+    check_inspect_fails(bad, "tensor token_embd.weight has unknown dtype 15");
     b = bytes;
     patch_u32(b, 48 + 4, 0x100);  // tensor count 2^40
     write_file(bad, b);

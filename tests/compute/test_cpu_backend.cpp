@@ -165,17 +165,24 @@ struct Variant {
     DType dtype;
     bool qkv_bias;
     bool tied;
+    bool wide = false;  // n_embd 256, n_ff 512: rows of whole 256-element super-blocks (the k-quants, iq4_xs)
 };
 const Variant kVariants[] = {{"f32", DType::f32, false, false},        {"f32 qkv_bias", DType::f32, true, false},
                              {"f16 tied", DType::f16, false, true},     {"bf16 qkv_bias", DType::bf16, true, false},
                              {"q8_0 tied", DType::q8_0, false, true},   {"q4_0", DType::q4_0, false, false},
-                             {"q4_1 qkv_bias", DType::q4_1, true, false}};
+                             {"q4_1 qkv_bias", DType::q4_1, true, false},
+                             {"q5_0", DType::q5_0, false, false},       {"q5_1 tied", DType::q5_1, false, true},
+                             {"iq4_nl qkv_bias", DType::iq4_nl, true, false},
+                             {"q2_k", DType::q2_k, false, false, true}, {"q3_k tied", DType::q3_k, false, true, true},
+                             {"q4_k", DType::q4_k, false, false, true}, {"q5_k qkv_bias", DType::q5_k, true, false, true},
+                             {"q6_k tied", DType::q6_k, false, true, true}, {"iq4_xs", DType::iq4_xs, false, false, true}};
 
 std::unique_ptr<RandomModel> variant_model(const Variant& v) {
     ModelConfig c = small_random_config();
     c.qkv_bias = v.qkv_bias;
     c.tied_embeddings = v.tied;
     if (v.qkv_bias) c.architecture = "qwen2";
+    if (v.wide) c.n_embd = 256, c.head_dim = 64, c.n_ff = 512;
     return make_random_model(c, v.dtype, 42);
 }
 

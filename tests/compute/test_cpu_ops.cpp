@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compute/cpu_ops.h"
+#include "format/quant_blocks.h"
 #include "compute/matmul_cpu.h"
 #include "support/random_model.h"
 #include "util/thread_pool.h"
@@ -220,6 +221,87 @@ TEST_CASE("cpu_ops: quantized matmul follows the canonical order on every path a
                 matmul_cpu(one.data(), x.data() + t * s.n_in, w.data(), dtype, 1, s.n_in, s.n_out, nullptr);
                 CHECK(same_bits(one.data(), out.data() + t * s.n_out, one.size()));
             }
+            test::for_each_cpu_path([&](CpuPath path) {
+                CAPTURE(cpu_path_name(path));
+                Guarded other(canonical.size());
+                matmul_cpu(other.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, &pool3);
+                CHECK(same_bits(other.data(), canonical.data(), canonical.size()));
+            });
+        }
+    }
+}
+
+namespace {
+
+// The canonical order of compute/cpu_kernels.h for these types, written out here from QuantChunks (whose
+// values tests/import/test_gguf.cpp checks against the gguf package), with the 16-bit activations' error bound.
+float canonical_other_quant_dot(const uint8_t* w_raw, DType dtype, const float* x, int64_t n_in, double* error_bound) {
+    float acc = 0.0f, bias = 0.0f;
+    *error_bound = 0;
+    const int chunks = int(dtype_block_elements(dtype) / 32);
+    const bool per_16 = quant_scale_per_16(dtype), has_min = quant_has_min(dtype);
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        const float* xb = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = std::max(amax, std::fabs(xb[j]));
+        const float dx = amax / 32767.0f, inv = dx != 0.0f ? 1.0f / dx : 0.0f;
+        QuantChunk c;
+        decode_quant_chunk(dtype, w_raw + size_t(b / chunks) * dtype_block_bytes(dtype), int(b % chunks), &c);
+        int32_t q[32], q_sum = 0;
+        for (int j = 0; j < 32; j++) {
+            q[j] = int32_t(std::nearbyint(xb[j] * inv));
+            q_sum += q[j];
+            *error_bound += std::fabs(double(c.scale[j / 16]) * c.w[j] + c.min[j / 16]) * dx * 0.5;
+        }
+        for (int h = 0; h < (per_16 ? 2 : 1); h++) {
+            const int begin = per_16 ? 16 * h : 0, end = per_16 ? begin + 16 : 32;
+            int64_t sum = 0, half_q = 0;
+            for (int j = begin; j < end; j++) sum += int64_t(c.w[j]) * q[j], half_q += q[j];
+            acc = std::fma(float(sum), c.scale[h] * dx, acc);
+            if (has_min) bias = std::fma(c.min[h], per_16 ? dx * float(half_q) : dx * float(q_sum), bias);
+        }
+    }
+    return acc + bias;
+}
+
+}  // namespace
+
+TEST_CASE("cpu_ops: q5_0, q5_1, iq4_nl, k-quant and iq4_xs matmul follow the canonical order on every path") {
+    ThreadPool pool3(3);
+    struct Shape { int64_t n, n_in, n_out; };
+    const Shape shapes[] = {{1, 256, 1}, {1, 512, 5}, {3, 768, 17}, {7, 1536, 9}, {60, 256, 33}};
+    uint64_t seed = 900;
+    for (DType dtype : {DType::q5_0, DType::q5_1, DType::iq4_nl, DType::q2_k, DType::q3_k, DType::q4_k,
+                        DType::q5_k, DType::q6_k, DType::iq4_xs}) {
+        for (const Shape& s : shapes) {
+            CAPTURE(dtype_name(dtype));
+            CAPTURE(s.n);
+            CAPTURE(s.n_in);
+            CAPTURE(s.n_out);
+            std::vector<uint8_t> w = test::random_quant_blocks(dtype, s.n_out * s.n_in, 8.0f, seed++);
+            std::vector<float> w_values(size_t(s.n_out * s.n_in));
+            convert_to_f32(dtype, w.data(), w_values.data(), w_values.size());
+            std::vector<float> x = random_floats(size_t(s.n * s.n_in), -1.0f, 1.0f, seed++);
+            std::fill(x.begin(), x.begin() + 32, 0.0f);  // an all-zero chunk
+            x[size_t(s.n_in / 2)] = 40.0f;               // and an outlier
+            std::vector<float> canonical(size_t(s.n * s.n_out));
+            std::vector<double> exact(canonical.size()), bound(canonical.size());
+            for (int64_t t = 0; t < s.n; t++)
+                for (int64_t r = 0; r < s.n_out; r++) {
+                    const size_t i = size_t(t * s.n_out + r);
+                    const float* xt = x.data() + t * s.n_in;
+                    canonical[i] = canonical_other_quant_dot(w.data() + dtype_bytes(dtype, uint64_t(r * s.n_in)), dtype,
+                                                             xt, s.n_in, &bound[i]);
+                    for (int64_t k = 0; k < s.n_in; k++) exact[i] += double(w_values[size_t(r * s.n_in + k)]) * xt[k];
+                }
+            Guarded out(canonical.size());
+            matmul_cpu(out.data(), x.data(), w.data(), dtype, s.n, s.n_in, s.n_out, &pool3);
+            CHECK(out.guards_intact());
+            CHECK(same_bits(out.data(), canonical.data(), canonical.size()));
+            size_t n_outside = 0;
+            for (size_t i = 0; i < exact.size(); i++)
+                n_outside += !(std::fabs(out.data()[i] - exact[i]) <= bound[i] * 1.001 + 1e-4 * std::fabs(exact[i]) + 1e-6);
+            CHECK(n_outside == 0);
             test::for_each_cpu_path([&](CpuPath path) {
                 CAPTURE(cpu_path_name(path));
                 Guarded other(canonical.size());

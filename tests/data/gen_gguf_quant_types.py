@@ -1,6 +1,6 @@
 # Generates gguf_quant_types.gguf (one small tensor per supported ggml type, plus metadata of every value type
 # including nested arrays) and gguf_quant_types.expected.f32 (the tensors dequantized by the gguf Python package,
-# concatenated in file order, without the final Q5_K tensor) for tests/import/test_gguf.cpp. Run from tests/data: python3 gen_gguf_quant_types.py
+# concatenated in file order, without the final IQ2_XXS tensor) for tests/import/test_gguf.cpp. Run from tests/data: python3 gen_gguf_quant_types.py
 import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as T
@@ -27,8 +27,8 @@ for name, t in [("t.f32", T.F32), ("t.f16", T.F16), ("t.bf16", T.BF16), ("t.q8_0
     deq = dequantize(q, t).astype(np.float32) if t != T.F32 else x
     w.add_tensor(name, q, raw_shape=x.shape if t == T.F32 else None, raw_dtype=None if t == T.F32 else t)
     expected.append(deq.reshape(-1))
-# A type kvlm refuses (Q5_K: 256-element blocks of 176 bytes); not part of the expected values.
-w.add_tensor("t.q5_k", rng.integers(0, 255, (1, 176), dtype=np.uint8), raw_dtype=T.Q5_K)
+# A type kvlm refuses (IQ2_XXS: 256-element blocks of 66 bytes); not part of the expected values.
+w.add_tensor("t.iq2_xxs", rng.integers(0, 255, (1, 66), dtype=np.uint8), raw_dtype=T.IQ2_XXS)
 w.write_header_to_file()
 w.write_kv_data_to_file()
 w.write_tensors_to_file()

@@ -174,7 +174,7 @@ TEST_CASE("steps ahead: decode with each step queued behind the one before picks
             if (c.interrupt) CHECK(want[0].stop_reason == StopReason::interrupted);
             if (k == 0)
                 MESSAGE(std::string(c.name) << ": " << want[0].generated.size() << " tokens then " << want.size() - 1
-                                            << " turn(s), stop '" << stop_reason_text(want[0].stop_reason) << "', " << n_ahead
+                                            << " turn(s), stop '" << std::string(stop_reason_text(want[0].stop_reason)) << "', " << n_ahead
                                             << " steps queued ahead");
             CHECK(n_ahead > int64_t(want[0].generated.size()) / 2);
         }

@@ -597,8 +597,8 @@ TEST_CASE("convert: malformed and unsupported sources") {
     bad = gguf;
     at = bad.find("blk.0.attn_q.weight");
     REQUIRE(at != std::string::npos);
-    poke<uint32_t>(bad, at + 19 + 4 + 16, 6);  // ggml type F32 -> Q5_0 (smaller, still inside the file)
-    expect_convert_error(gguf_file("q5.gguf", bad), "", {"blk.0.attn_q.weight", "Q5_0", "Q4_1"});
+    poke<uint32_t>(bad, at + 19 + 4 + 16, 9);  // ggml type F32 -> Q8_1 (smaller, still inside the file)
+    expect_convert_error(gguf_file("q81.gguf", bad), "", {"blk.0.attn_q.weight", "Q8_1", "supported: F32", "IQ4_XS"});
     if (have_data(data_path("vocab-tests/ggml-vocab-llama-spm.gguf")))
         expect_convert_error(data_path("vocab-tests/ggml-vocab-llama-spm.gguf"), "", {"token_embd.weight", "missing"});
 

@@ -125,11 +125,39 @@ TEST_CASE("gguf: every supported type matches the reference dequantization") {
     }
     CHECK(at == expected.size());
 
-    const GgufTensor* q5k = g->find_tensor("t.q5_k");
-    REQUIRE(q5k != nullptr);
-    CHECK(std::string(GgufFile::ggml_type_name(q5k->ggml_type)) == "Q5_K");
+    const GgufTensor* iq2 = g->find_tensor("t.iq2_xxs");
+    REQUIRE(iq2 != nullptr);
+    CHECK(std::string(GgufFile::ggml_type_name(iq2->ggml_type)) == "IQ2_XXS");
     std::vector<float> out(256);
-    CHECK_THROWS_WITH_AS(g->dequantize(*q5k, out.data()), doctest::Contains("Q5_K"), Error);
+    CHECK_THROWS_WITH_AS(g->dequantize(*iq2, out.data()), doctest::Contains("has type IQ2_XXS (ggml type 16)"), Error);
+}
+
+TEST_CASE("gguf: q5_0, q5_1, iq4_nl, the k-quants and iq4_xs dequantize as the gguf package does, bit for bit") {
+    // Random blocks (every bit of every field) with finite f16 scales: tests/data/gen_gguf_kquant_types.py.
+    const char* file = "tests/data/gguf_kquant_types.gguf";
+    if (!have_data(file)) return;
+    auto g = GgufFile::open(file);
+    std::vector<float> expected = read_floats("tests/data/gguf_kquant_types.expected.f32");
+    size_t at = 0;
+    for (const char* name : {"t.q5_0", "t.q5_1", "t.iq4_nl", "t.q2_k", "t.q3_k", "t.q4_k", "t.q5_k", "t.q6_k",
+                             "t.iq4_xs"}) {
+        CAPTURE(name);
+        const GgufTensor* t = g->find_tensor(name);
+        REQUIRE(t != nullptr);
+        CHECK(t->dims == std::vector<int64_t>{512, 2});
+        std::optional<DType> dtype = kvlm_dtype_of_ggml_type(t->ggml_type);
+        REQUIRE(dtype.has_value());
+        CHECK(std::string(name).substr(2) == dtype_name(*dtype));  // the type is kept, not converted
+        std::vector<float> out(size_t(t->n_elements()));
+        g->dequantize(*t, out.data());
+        REQUIRE(at + out.size() <= expected.size());
+        size_t n_mismatch = 0;
+        for (size_t i = 0; i < out.size(); i++)
+            n_mismatch += std::memcmp(&out[i], &expected[at + i], sizeof(float)) != 0;
+        CHECK(n_mismatch == 0);
+        at += out.size();
+    }
+    CHECK(at == expected.size());
 }
 
 TEST_CASE("gguf: metadata value types") {

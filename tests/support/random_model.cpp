@@ -1,6 +1,7 @@
 // Random in-memory models for backend tests.
 #include "support/random_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -29,6 +30,45 @@ std::vector<float> random_floats(size_t n, float lo, float hi, uint64_t seed) {
     return v;
 }
 
+std::vector<uint8_t> random_quant_blocks(DType dtype, int64_t n_elements, float max_abs, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    const size_t block_bytes = dtype_block_bytes(dtype);
+    std::vector<int> scales;  // byte offsets of the block's f16 scales (docs/FORMAT.md)
+    switch (dtype) {
+        case DType::q4_1: case DType::q5_1: case DType::q4_k: case DType::q5_k: scales = {0, 2}; break;
+        case DType::q2_k: scales = {80, 82}; break;
+        case DType::q3_k: scales = {108}; break;
+        case DType::q6_k: scales = {208}; break;
+        default: scales = {0};
+    }
+    std::vector<uint8_t> bytes(size_t(dtype_bytes(dtype, uint64_t(n_elements))));
+    const size_t n_blocks = bytes.size() / block_bytes;
+    for (size_t b = 0; b < n_blocks; b++) {
+        uint8_t* block = bytes.data() + b * block_bytes;
+        for (size_t i = 0; i < block_bytes; i++) block[i] = uint8_t(rng());
+        for (int at : scales) {
+            const float v = (0.0005f + 0.01f * float(rng() % 1000) / 1000.0f) * (rng() % 2 ? 1.0f : -1.0f);
+            const uint16_t h = f32_to_f16(v);
+            std::memcpy(block + at, &h, 2);
+        }
+        if (b == 1) std::memset(block, 0, block_bytes);
+    }
+    std::vector<float> values(static_cast<size_t>(n_elements));
+    convert_to_f32(dtype, bytes.data(), values.data(), values.size());
+    float largest = 0.0f;
+    for (float v : values) largest = std::max(largest, std::fabs(v));
+    const float factor = largest > 0.0f ? max_abs / largest : 1.0f;
+    for (size_t b = 0; b < n_blocks; b++)  // every value is linear in the block's scales
+        for (int at : scales) {
+            uint8_t* field = bytes.data() + b * block_bytes + size_t(at);
+            uint16_t h;
+            std::memcpy(&h, field, 2);
+            h = f32_to_f16(f16_to_f32(h) * factor);
+            std::memcpy(field, &h, 2);
+        }
+    return bytes;
+}
+
 std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType dtype, uint64_t seed) {
     auto model = std::make_unique<RandomModel>();
     model->config = config;
@@ -37,9 +77,13 @@ std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType 
         TensorView view;
         view.shape = shape;
         view.dtype = shape.size() == 1 ? DType::f32 : dtype;
-        std::vector<float> values = random_floats(size_t(view.n_elements()), lo, hi, next_seed++);
-        model->storage.emplace_back(view.n_bytes());
-        convert_from_f32(view.dtype, values.data(), model->storage.back().data(), values.size());
+        if (dtype_is_quantized(view.dtype) && !dtype_has_quantizer(view.dtype)) {
+            model->storage.push_back(random_quant_blocks(view.dtype, view.n_elements(), hi, next_seed++));
+        } else {
+            std::vector<float> values = random_floats(size_t(view.n_elements()), lo, hi, next_seed++);
+            model->storage.emplace_back(view.n_bytes());
+            convert_from_f32(view.dtype, values.data(), model->storage.back().data(), values.size());
+        }
         view.data = model->storage.back().data();
         return view;
     };

@@ -23,7 +23,8 @@ struct RandomModel {
 ModelConfig small_random_config();
 
 // Every tensor uniform random (matrices scaled by 1/sqrt(in_features), norms near 1, embeddings in
-// [-1, 1]); matrices stored in `dtype`, 1-D tensors f32. Same seed = same model.
+// [-1, 1]); matrices stored in `dtype`, 1-D tensors f32. Types without a quantizer (dtype_has_quantizer)
+// get random_quant_blocks of the same amplitudes. Same seed = same model.
 std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType dtype, uint64_t seed);
 
 // A copy of `model` whose quantized matrices are replaced by their f32 decoding (convert_to_f32), every
@@ -33,6 +34,12 @@ std::unique_ptr<RandomModel> dequantized_copy(const RandomModel& model);
 // Runs fn(path) with the CPU kernels switched to each SIMD path this CPU has other than the current one, then
 // switches back (every path must give the same bits: compute/cpu_kernels.h).
 void for_each_cpu_path(const std::function<void(CpuPath)>& fn);
+
+// n_elements (whole blocks) of a quantized type drawn as raw blocks: every bit of every field random, the f16
+// scales finite and of either sign, block 1 (where there is one) all zero; then the scales are scaled so the
+// largest decoded |value| is about max_abs. The only way to get weights of the types kvlm has no quantizer
+// for (q5_0 .. iq4_xs), and a harder test than quantized values for the others.
+std::vector<uint8_t> random_quant_blocks(DType dtype, int64_t n_elements, float max_abs, uint64_t seed);
 
 // Uniform floats in [lo, hi) from a portable generator (same seed = same values everywhere).
 std::vector<float> random_floats(size_t n, float lo, float hi, uint64_t seed);

@@ -10,6 +10,9 @@ converter undoes Hugging Face's rotate_half permutation), so within each head di
 rotated pairs with frequency theta^(-2i/head_dim). (kvlm's own files use the rotate_half order instead,
 so the two implementations meet only through the converter - which is the point.)
 
+`--gguf M --ids a,b,... --perplexity` scores the ids as one chunk of kvlm perplexity (tests/import/
+test_kquant_model.cpp holds kvlm's k-quant kernels to it).
+
 Checked: `python3 tools/reference/llama_reference.py --self-check` on stories260K.gguf reproduces
 /work/shared/models/stories260K/reference_greedy_f32.json: the 200 greedy ids from BOS are identical and
 the logits of positions 0-3 agree within 1e-4 (measured max abs diff 5e-7, the JSON's 6-decimal rounding).
@@ -136,6 +139,20 @@ class LlamaReference:
             logits = self.step(nxt)
         return out
 
+    def chunk_perplexity(self, ids, bos):
+        """llama-perplexity's (and kvlm perplexity's) score of one chunk: the first id replaced by BOS, the
+        logits at positions n/2 .. n-2 predicting ids n/2+1 .. n-1, log-softmax in float64."""
+        self.reset()
+        ids = [bos] + list(ids[1:])
+        n = len(ids)
+        nll = []
+        for pos, token in enumerate(ids[:-1]):
+            logits = self.step(token)
+            if pos >= n // 2:
+                shifted = logits - logits.max()
+                nll.append(np.log(np.exp(shifted).sum()) - shifted[ids[pos + 1]])
+        return float(np.exp(np.mean(nll))), len(nll)
+
 
 def self_check(models_dir):
     """stories260K.gguf vs the independent reference_greedy_f32.json."""
@@ -165,11 +182,18 @@ def main():
     ap.add_argument("--gguf", help="run greedy from --ids on this GGUF")
     ap.add_argument("--ids", default="1", help="comma-separated prompt ids")
     ap.add_argument("-n", type=int, default=16)
+    ap.add_argument("--perplexity", action="store_true",
+                    help="print the JSON perplexity of --ids as one chunk (its first id replaced by --bos)")
+    ap.add_argument("--bos", type=int, default=1)
     args = ap.parse_args()
     if args.self_check:
         sys.exit(0 if self_check(args.models) else 1)
     if args.gguf:
         model = LlamaReference(args.gguf)
+        if args.perplexity:
+            ppl, n_scored = model.chunk_perplexity([int(t) for t in args.ids.split(",")], args.bos)
+            print(json.dumps({"ppl": ppl, "tokens_scored": n_scored}))
+            return
         print(model.greedy([int(t) for t in args.ids.split(",")], args.n))
         return
     ap.print_help()
