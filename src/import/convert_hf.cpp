@@ -141,7 +141,9 @@ void read_rope(const json& j, const std::string& path, ModelConfig* c) {
         throw_error("{}: both \"rope_parameters\" and \"rope_theta\"/\"rope_scaling\" are given: which one holds is "
                     "not clear",
                     path);
-    const json& rs = v5 ? j["rope_parameters"] : (is_set(j, "rope_scaling") ? j["rope_scaling"] : json());
+    // A reference, never a copy: a copy of a hostile config's deeply nested value recurses as deep as it is.
+    static const json kNone;
+    const json& rs = v5 ? j["rope_parameters"] : is_set(j, "rope_scaling") ? j["rope_scaling"] : kNone;
     if (v5 && !rs.is_object()) throw_error("{}: \"rope_parameters\" = {} is not an object", path, json_excerpt(rs));
     const char* where = v5 ? "rope_parameters" : "rope_scaling";
     if (v5) {
