@@ -17,3 +17,5 @@ fi
 # from PyPI when the Debian package is not the one it sees.
 python3 -c 'import numpy' 2>/dev/null || python3 -m pip install --quiet numpy
 python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install --quiet jsonschema
+# gguf-py: the k-quant model test writes its GGUF and checks block dequantization with it (a reference only).
+python3 -c 'import gguf' 2>/dev/null || python3 -m pip install --quiet gguf==0.19.0
