@@ -8,6 +8,11 @@
 # both means and the ratio. Not part of `make test` or CI.
 #   usage: bench/peer_llamacpp.sh     env: TYPES="bf16 f16 q8_0 q4_0 q4_1" REPS=3 THREADS=<cores> PP=512 TG=128
 #          PEER_CACHE (default ~/.cache/kvlm-peer), KVLM (default ./kvlm)
+#          TYPES may also hold llama-quantize's k-quant and other mixes: q2_k q3_k_m q4_k_m q5_k_m q6_k q5_0
+#          q5_1 iq4_nl iq4_xs (each GGUF tensor kept in its type by kvlm convert)
+#          MODEL=llama-3.2-1b: kvlm's synthetic Llama-3.2-1B shape (random weights, the Llama 3 tokenizer from
+#          $KVLM_TEST_DATA, bf16 exported by bench/export_gguf.py, then each type by llama-quantize) instead of
+#          SmolLM2: a model larger than the caches, as real ones are
 #          PEER_CPU=avx2: both engines as on an AVX2-only machine (llama.cpp built with AVX2/FMA/F16C/BMI2 and
 #          no AVX-512 into $PEER_CACHE-avx2, kvlm with KVLM_CPU_PATH=avx2), to measure that path on this one
 set -euo pipefail
@@ -24,17 +29,29 @@ case "$PEER_CPU" in
     avx2) PEER_CACHE=${PEER_CACHE:-$HOME/.cache/kvlm-peer}-avx2; export KVLM_CPU_PATH=avx2 ;;
     *) echo "peer: error: PEER_CPU must be native or avx2" >&2; exit 1 ;;
 esac
+MODEL=${MODEL:-smollm2}
 source bench/peer_source.sh
-SOURCE_GGUF=models/cache/SmolLM2-135M-Instruct.Q4_1.gguf
 WORK="${PEER_CACHE%-avx2}/models"  # the same models whatever the CPU flags
+case "$MODEL" in
+    smollm2) SOURCE_GGUF=models/cache/SmolLM2-135M-Instruct.Q4_1.gguf; PREFIX=smollm2-135m ;;
+    llama-3.2-1b) SOURCE_GGUF="$WORK/llama-3.2-1b-bf16.gguf"; PREFIX=llama-3.2-1b ;;
+    *) echo "peer: error: MODEL must be smollm2 or llama-3.2-1b" >&2; exit 1 ;;
+esac
 
 say() { echo "peer: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
 [ -x "$KVLM" ] || die "$KVLM not found: run make first"
-[ -f "$SOURCE_GGUF" ] || die "$SOURCE_GGUF not found: run make models first"
 command -v cmake >/dev/null || die "cmake is required (apt-get install cmake)"
 mkdir -p "$PEER_CACHE" "$WORK"
+if [ "$MODEL" = llama-3.2-1b ] && [ ! -f "$SOURCE_GGUF" ]; then
+    tokenizer="${KVLM_TEST_DATA:-../shared/models}/tokenizers/llama3"
+    [ -d "$tokenizer" ] || die "$tokenizer not found: set KVLM_TEST_DATA"
+    say "making the synthetic Llama-3.2-1B shape in bf16 (2.5 GB) and its GGUF"
+    "$KVLM" convert --synthetic llama-3.2-1b --tokenizer "$tokenizer" --dtype bf16 -o "$WORK/$PREFIX-bf16.kvlm" --quiet
+    python3 bench/export_gguf.py "$WORK/$PREFIX-bf16.kvlm" "$SOURCE_GGUF"
+fi
+[ -f "$SOURCE_GGUF" ] || die "$SOURCE_GGUF not found: run make models first"
 
 # llama.cpp's CPU flags: GGML_NATIVE=ON, except where the CPU lists AMX: -march=native then compiles ggml's
 # AMX kernels, and a VM that lists AMX without letting processes use its tile state kills llama-bench with
@@ -72,19 +89,21 @@ if [ ! -x "$BIN/llama-bench" ] || [ ! -x "$BIN/llama-quantize" ] || [ ! -x "$BIN
 fi
 
 # 2. One GGUF per type from the default model, and its .kvlm.
-declare -A GGML_NAME=([bf16]=BF16 [f16]=F16 [q8_0]=Q8_0 [q4_0]=Q4_0 [q4_1]=Q4_1)
+declare -A GGML_NAME=([bf16]=BF16 [f16]=F16 [q8_0]=Q8_0 [q4_0]=Q4_0 [q4_1]=Q4_1 [q2_k]=Q2_K [q3_k_m]=Q3_K_M
+                      [q4_k_m]=Q4_K_M [q5_k_m]=Q5_K_M [q6_k]=Q6_K [q5_0]=Q5_0 [q5_1]=Q5_1 [iq4_nl]=IQ4_NL
+                      [iq4_xs]=IQ4_XS)
 for t in $TYPES; do
-    [ -n "${GGML_NAME[$t]:-}" ] || die "unknown type $t (expected bf16 f16 q8_0 q4_0 q4_1)"
-    gguf="$WORK/smollm2-135m-$t.gguf"
+    [ -n "${GGML_NAME[$t]:-}" ] || die "unknown type $t (expected one of: ${!GGML_NAME[*]})"
+    gguf="$WORK/$PREFIX-$t.gguf"
     if [ ! -f "$gguf" ]; then
-        if [ "$t" = q4_1 ]; then
+        if [ "$SOURCE_GGUF" != "${SOURCE_GGUF%.Q4_1.gguf}" ] && [ "$t" = q4_1 ]; then
             cp "$SOURCE_GGUF" "$gguf"
-        else  # from the Q4_1 model's values (the only source this project ships)
+        else  # SmolLM2: from the Q4_1 model's values (the only source this project ships); 1B: from bf16
             "$BIN/llama-quantize" --allow-requantize "$SOURCE_GGUF" "$gguf" "${GGML_NAME[$t]}" >/dev/null 2>&1 \
                 || die "llama-quantize to ${GGML_NAME[$t]} failed"
         fi
     fi
-    [ -f "$WORK/smollm2-135m-$t.kvlm" ] || "$KVLM" convert "$gguf" -o "$WORK/smollm2-135m-$t.kvlm" --quiet
+    [ -f "$WORK/$PREFIX-$t.kvlm" ] || "$KVLM" convert "$gguf" -o "$WORK/$PREFIX-$t.kvlm" --quiet
 done
 
 # 3. Interleaved runs: one repetition of each engine at a time, REPS times.
@@ -105,7 +124,7 @@ stats() {  # values... -> "mean ± sd"
 }
 
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
-echo "kvlm vs llama.cpp ($PEER_SDIST_SPEC, $(peer_arch_text)), $cpu, $THREADS threads, $REPS interleaved repetitions, $(date -u +%Y-%m-%d)"
+echo "kvlm vs llama.cpp ($PEER_SDIST_SPEC, $(peer_arch_text)), $PREFIX, $cpu, $THREADS threads, $REPS interleaved repetitions, $(date -u +%Y-%m-%d)"
 echo
 echo "| type | test | llama.cpp t/s | kvlm t/s | kvlm / llama.cpp |"
 echo "| --- | --- | ---: | ---: | ---: |"
@@ -114,8 +133,8 @@ for t in $TYPES; do
         set -- $test
         peer=() ours=()
         for _ in $(seq "$REPS"); do
-            peer+=("$(peer_tps "$WORK/smollm2-135m-$t.gguf" "$1" "$2")")
-            ours+=("$(kvlm_tps "$WORK/smollm2-135m-$t.kvlm" "$1" "$2")")
+            peer+=("$(peer_tps "$WORK/$PREFIX-$t.gguf" "$1" "$2")")
+            ours+=("$(kvlm_tps "$WORK/$PREFIX-$t.kvlm" "$1" "$2")")
         done
         ratio=$(python3 -c 'import statistics as s, sys; n=len(sys.argv)//2; a=[float(x) for x in sys.argv[1:n+1]]; b=[float(x) for x in sys.argv[n+1:]]; print(f"{s.mean(b)/s.mean(a):.2f}")' "${peer[@]}" "${ours[@]}")
         echo "| $t | $1$2 | $(stats "${peer[@]}") | $(stats "${ours[@]}") | $ratio |"

@@ -11,12 +11,13 @@
 //   order: S = the exact integer sum of w[j]*q[j] (w = q, nibble - 8, or nibble), acc = fma(float(S),
 //   dw*dx, acc) (float(S) rounded to nearest even); q4_1 also bias = fma(m, s, bias) (s = dx * sum q).
 //   The result is acc + bias. SIMD paths run batches 8 rows at once, one row per lane.
-// - q5_0, q5_1, iq4_nl, q2_k .. q6_k and iq4_xs weights (matmul_quant_generic, the same function on every
-//   path): each 32-element chunk read as a QuantChunk (format/quant_blocks.h); per chunk in increasing order,
-//   per half h in order (two of 16 elements where the type has a scale per 16, else one of 32): S = the exact
-//   integer sum of w[j]*q[j], acc = fma(float(S), scale[h]*dx, acc); where the type has mins, bias =
-//   fma(min[h], m, bias) with m = s for a half of 32, else dx * float(sum of the half's q). The result is
-//   acc + bias.
+// - q5_0, q5_1, iq4_nl, q2_k .. q6_k and iq4_xs weights (written out by matmul_quant_generic, which the
+//   scalar path runs): each 32-element chunk read as a QuantChunk (format/quant_blocks.h); per chunk in increasing order:
+//   S = the exact integer sum of w[j]*q[j], acc = fma(float(S), scale*dx, acc); where the type has mins, bias =
+//   fma(min, s, bias). The result is acc + bias. Types with a scale per 16 elements (q2_k, q3_k, q6_k) run
+//   one such chain per half h of the chunks (acc_h, bias_h; S over the half's 16 elements, q2_k's bias term
+//   min_h x dx * float(sum of the half's q)): the result is (acc_0 + acc_1) + (bias_0 + bias_1), two chains
+//   whose latencies overlap.
 // - attention (attend_block, keys in chunks of kAttentionChunk positions, in increasing position): s_j = dot(k_j, q) * scale
 //   (the canonical dot); keys past the query's position take no part; m' = max(m, max_j s_j); alpha = 0 when
 //   m is -inf, else exp_c(m - m'); p_j = exp_c(s_j - m'); l = l * alpha, then l += p_j in increasing j;
@@ -87,17 +88,17 @@ struct AttentionKeys {
 constexpr int64_t kQuantRowsAsStoredTokens = 4;
 
 // Bytes of scratch matmul_q needs for n_tokens tokens and n_rows rows of n_in weights: up to
-// kQuantRowsAsStoredTokens tokens, the tokens' block scales side by side (two floats per token and block) or
-// their blocks rearranged in groups of 4 (128 bytes a block, rounded up to groups, 64-byte aligned), whatever
-// n_rows; more tokens, the unpacked rows (per row and block, 32 16-bit weights, a scale and a min as floats)
-// or the block scales, whichever is larger.
+// kQuantRowsAsStoredTokens tokens, the tokens' block scales side by side (four floats per token and block: d,
+// s and two half sums) or their blocks rearranged in groups of 4 (128 bytes a block, rounded up to groups,
+// 64-byte aligned), whatever n_rows; more tokens, the unpacked rows (per row and block, 32 16-bit weights and
+// up to two scales and two mins as floats) or the block scales, whichever is larger.
 constexpr int64_t quantized_scratch_bytes(int64_t n_tokens, int64_t n_rows, int64_t n_in) {
-    const int64_t scales = (n_in / 32) * n_tokens * 8;
+    const int64_t scales = (n_in / 32) * n_tokens * 16;
     if (n_tokens <= kQuantRowsAsStoredTokens) {
         const int64_t split = n_tokens * ((n_in / 32 + 3) / 4 * 4 * 128) + 64;
         return split > scales ? split : scales;
     }
-    const int64_t unpacked = (n_in / 32) * n_rows * (64 + 8);
+    const int64_t unpacked = (n_in / 32) * n_rows * (64 + 16);
     return unpacked > scales ? unpacked : scales;
 }
 
@@ -129,9 +130,10 @@ struct CpuKernels {
     double (*exp_sum)(const float* x, int64_t n, float shift);
 };
 
-// The types above without a path kernel: dot product of one weight row (n_blocks 32-element chunks) with
-// quantized activations, and matmul_q's contract over rows [r0, r1) of all n tokens. Compiled once with the
-// baseline flags (compute/quant_generic.cpp), so every path that calls it gets the same bits.
+// q5_0 .. iq4_xs written out plainly from QuantChunks (compute/quant_generic.cpp): the dot product of one
+// weight row (n_blocks 32-element chunks) with quantized activations, and matmul_q's contract over rows
+// [r0, r1) of all n tokens. The scalar path's kernel, and the statement of the canonical order the x86 paths'
+// kernels (kernels_x86_kquant.inc) reproduce bit for bit.
 float dot_quant_generic(const uint8_t* w, DType w_dtype, const ActivationBlock* x, int64_t n_blocks);
 void matmul_quant_generic(float* out, int64_t out_stride, const ActivationBlock* x, int64_t n, const void* w,
                           DType w_dtype, int64_t n_in, int64_t r0, int64_t r1);

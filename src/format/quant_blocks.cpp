@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "format/quant_scale_bits.h"
 #include "util/error.h"
 
 namespace kvlm {
@@ -23,24 +24,6 @@ void split_nibbles16(const uint8_t* qs, int16_t* w) {
         w[j] = int16_t(qs[j] & 0x0f);
         w[j + 16] = int16_t(qs[j] >> 4);
     }
-}
-
-// q4_k / q5_k: the 6-bit scale and min of sub-block i (of 8) from the 12 packed bytes.
-void k4_scale_min(const uint8_t* s, int i, int* scale, int* min) {
-    if (i < 4) {
-        *scale = s[i] & 63;
-        *min = s[i + 4] & 63;
-    } else {
-        *scale = (s[i + 4] & 0x0f) | ((s[i - 4] >> 6) << 4);
-        *min = (s[i + 4] >> 4) | ((s[i] >> 6) << 4);
-    }
-}
-
-// q3_k: the 6-bit scale of sub-block i (of 16), less 32.
-int k3_scale(const uint8_t* s, int i) {
-    const int low = i < 8 ? s[i] & 0x0f : s[i - 8] >> 4;
-    const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-    return (low | (high << 4)) - 32;
 }
 
 void one_scale(QuantChunk* out, float scale, float min) {
@@ -88,15 +71,11 @@ void decode_quant_chunk(DType dtype, const uint8_t* b, int c, QuantChunk* out) {
             for (int j = 0; j < 32; j++) out->w[j] = kIq4Values[out->w[j]];
             one_scale(out, f16_at(b), 0.0f);
             return;
-        case DType::iq4_xs: {  // f16 d, u16 scales_h, scales_l[4], qs[128]: 8 sub-blocks of 32, 6-bit scales - 32
-            uint16_t scales_h;
-            std::memcpy(&scales_h, b + 2, 2);
-            const int ls = ((b[4 + c / 2] >> (4 * (c % 2))) & 0x0f) | (((scales_h >> (2 * c)) & 3) << 4);
+        case DType::iq4_xs:  // f16 d, u16 scales_h, scales_l[4], qs[128]: 8 sub-blocks of 32, 6-bit scales - 32
             split_nibbles16(b + 8 + 16 * c, out->w);
             for (int j = 0; j < 32; j++) out->w[j] = kIq4Values[out->w[j]];
-            one_scale(out, f16_at(b) * float(ls - 32), 0.0f);
+            one_scale(out, f16_at(b) * float(iq4_xs_scale(b, c)), 0.0f);
             return;
-        }
         case DType::q4_k:
         case DType::q5_k: {  // f16 d, f16 dmin, scales[12], [qh[32]], qs[128]: 8 sub-blocks of 32
             const bool five = dtype == DType::q5_k;

@@ -236,7 +236,7 @@ namespace {
 // The canonical order of compute/cpu_kernels.h for these types, written out here from QuantChunks (whose
 // values tests/import/test_gguf.cpp checks against the gguf package), with the 16-bit activations' error bound.
 float canonical_other_quant_dot(const uint8_t* w_raw, DType dtype, const float* x, int64_t n_in, double* error_bound) {
-    float acc = 0.0f, bias = 0.0f;
+    float acc[2] = {0.0f, 0.0f}, bias[2] = {0.0f, 0.0f};  // one chain per half for the per-16 types
     *error_bound = 0;
     const int chunks = int(dtype_block_elements(dtype) / 32);
     const bool per_16 = quant_scale_per_16(dtype), has_min = quant_has_min(dtype);
@@ -257,11 +257,11 @@ float canonical_other_quant_dot(const uint8_t* w_raw, DType dtype, const float* 
             const int begin = per_16 ? 16 * h : 0, end = per_16 ? begin + 16 : 32;
             int64_t sum = 0, half_q = 0;
             for (int j = begin; j < end; j++) sum += int64_t(c.w[j]) * q[j], half_q += q[j];
-            acc = std::fma(float(sum), c.scale[h] * dx, acc);
-            if (has_min) bias = std::fma(c.min[h], per_16 ? dx * float(half_q) : dx * float(q_sum), bias);
+            acc[h] = std::fma(float(sum), c.scale[h] * dx, acc[h]);
+            if (has_min) bias[h] = std::fma(c.min[h], per_16 ? dx * float(half_q) : dx * float(q_sum), bias[h]);
         }
     }
-    return acc + bias;
+    return per_16 ? (acc[0] + acc[1]) + (bias[0] + bias[1]) : acc[0] + bias[0];
 }
 
 }  // namespace
@@ -269,11 +269,16 @@ float canonical_other_quant_dot(const uint8_t* w_raw, DType dtype, const float* 
 TEST_CASE("cpu_ops: q5_0, q5_1, iq4_nl, k-quant and iq4_xs matmul follow the canonical order on every path") {
     ThreadPool pool3(3);
     struct Shape { int64_t n, n_in, n_out; };
-    const Shape shapes[] = {{1, 256, 1}, {1, 512, 5}, {3, 768, 17}, {7, 1536, 9}, {60, 256, 33}};
+    // Rows of 1-4 tokens are read as stored, more unpacked in groups of 8 rows (the rest as stored); blocks of
+    // 32 also come in rows of chunks that are not whole fours (576 = 18 chunks: SmolLM2's width).
+    const Shape shapes[] = {{1, 256, 1}, {1, 512, 5}, {3, 768, 17}, {7, 1536, 9}, {60, 256, 33}, {4, 256, 8}};
+    const Shape shapes_of_32[] = {{1, 32, 3}, {2, 96, 9}, {1, 576, 4}, {5, 576, 17}, {9, 160, 8}};
     uint64_t seed = 900;
     for (DType dtype : {DType::q5_0, DType::q5_1, DType::iq4_nl, DType::q2_k, DType::q3_k, DType::q4_k,
                         DType::q5_k, DType::q6_k, DType::iq4_xs}) {
-        for (const Shape& s : shapes) {
+        std::vector<Shape> all(std::begin(shapes), std::end(shapes));
+        if (dtype_block_elements(dtype) == 32) all.insert(all.end(), std::begin(shapes_of_32), std::end(shapes_of_32));
+        for (const Shape& s : all) {
             CAPTURE(dtype_name(dtype));
             CAPTURE(s.n);
             CAPTURE(s.n_in);
