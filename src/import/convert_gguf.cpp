@@ -175,8 +175,8 @@ ConvertSource open_gguf_source(const std::string& path, const std::string& token
                         shape_string(shape), shape_string(t.shape));
         std::optional<DType> stored = kvlm_dtype_of_ggml_type(gt->ggml_type);
         if (!gt->data || !stored)
-            throw_error("{}: tensor {} has type {}, which kvlm cannot import (supported: {})", path, t.name,
-                        GgufFile::ggml_type_name(gt->ggml_type), kSupportedGgmlTypes);
+            throw_error("{}: tensor {} has type {} (ggml type {}), which kvlm cannot import (supported: {})", path,
+                        t.name, GgufFile::ggml_type_name(gt->ggml_type), gt->ggml_type, kSupportedGgmlTypes);
         // Matrices keep their type (quantized blocks are copied as they are); 1-D tensors become f32.
         if (t.shape.size() > 1) {
             t.dtype = *stored;

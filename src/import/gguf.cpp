@@ -318,8 +318,9 @@ void GgufFile::Impl::parse() {
                         alignment);
         if (t.offset > file->size() || data_start > file->size() - t.offset ||
             !file->contains(data_start + t.offset, t.n_bytes))
-            throw_error("{}: tensor '{}' data ({} bytes at offset {}) extends past the end of the file ({} bytes)", p,
-                        t.name, t.n_bytes, data_start + t.offset, file->size());
+            throw_error("{}: tensor '{}' ({}, {} bytes at offset {}) extends past the end of the file ({} bytes): "
+                        "truncated?",
+                        p, t.name, ggml_type_name(t.ggml_type), t.n_bytes, data_start + t.offset, file->size());
         t.offset += data_start;
         // Only types with a known layout get a data pointer; the rest are refused by dequantize().
         t.data = ggml_traits(t.ggml_type).block_size ? file->data() + t.offset : nullptr;

@@ -6,9 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <sstream>
 
+#include "import/gguf.h"
 #include "support/test_util.h"
 
 using namespace kvlm::test;
@@ -20,17 +22,33 @@ double ppl_of(const CliResult& r) {
     return nlohmann::json::parse(r.out).at("ppl").get<double>();
 }
 
-}  // namespace
-
-TEST_CASE("k-quant model: every type kept by convert, and perplexity matches a float64 reference") {
+// Makes the k-quant model's GGUF in `dir` (tests/data/gen_gguf_kquant_model.py); "" without the test data.
+std::string make_kquant_gguf(const TempDir& dir) {
     const std::string tokenizer = data_path("stories260K/stories260K.gguf");
-    const std::string text = data_path("stories260K/expected_t0_n200.txt");
-    if (!have_data(tokenizer) || !have_data(text)) return;
-    TempDir dir;
-    const std::string gguf = dir.file("m.gguf"), model = dir.file("m.kvlm"), widened = dir.file("f32.kvlm");
+    if (!have_data(tokenizer)) return "";
+    const std::string gguf = dir.file("m.gguf");
     CliResult made = run_shell("python3 tests/data/gen_gguf_kquant_model.py " + shell_quote(tokenizer) + " " +
                                shell_quote(gguf));
     REQUIRE_MESSAGE(made.exit_code == 0, made.err);
+    return gguf;
+}
+
+// Byte offset of the u32 dimension count that follows tensor `name`'s name in its tensor-info record.
+size_t tensor_record(const std::string& bytes, const std::string& name) {
+    size_t at = bytes.find(name);
+    REQUIRE(at != std::string::npos);
+    return at + name.size();
+}
+
+}  // namespace
+
+TEST_CASE("k-quant model: every type kept by convert, and perplexity matches a float64 reference") {
+    const std::string text = data_path("stories260K/expected_t0_n200.txt");
+    if (!have_data(text)) return;
+    TempDir dir;
+    const std::string gguf = make_kquant_gguf(dir);
+    if (gguf.empty()) return;
+    const std::string model = dir.file("m.kvlm"), widened = dir.file("f32.kvlm");
     CliResult converted = run_kvlm({"convert", "-q", gguf, "-o", model});
     REQUIRE_MESSAGE(converted.exit_code == 0, converted.err);
 
@@ -96,4 +114,48 @@ TEST_CASE("k-quant model: every type kept by convert, and perplexity matches a f
     REQUIRE_MESSAGE(one.exit_code == 0, one.err);
     CHECK(!one.out.empty());
     CHECK(one.out == two.out);
+}
+
+TEST_CASE("k-quant model: damaged files are refused naming the tensor and its type") {
+    TempDir dir;
+    const std::string gguf = make_kquant_gguf(dir);
+    if (gguf.empty()) return;
+    const std::string original = read_file(gguf);
+    auto refused = [&](const std::string& bytes, const std::vector<std::string>& needles) {
+        const std::string bad = dir.file("bad.gguf");
+        write_file(bad, bytes);
+        CliResult r = run_kvlm({"convert", "-q", bad, "-o", dir.file("bad.kvlm")});
+        CHECK(r.exit_code != 0);
+        for (const std::string& needle : needles) CHECK_MESSAGE(r.err.find(needle) != std::string::npos, r.err);
+        CHECK(r.err.find("Sanitizer") == std::string::npos);
+    };
+    // The tensor whose data ends the file, cut short by 100 bytes.
+    auto g = kvlm::GgufFile::open(gguf);
+    const kvlm::GgufTensor* last = &g->tensors().front();
+    for (const kvlm::GgufTensor& t : g->tensors())
+        if (t.offset > last->offset) last = &t;
+    refused(original.substr(0, original.size() - 100),
+            {"tensor '" + last->name + "' (" + kvlm::GgufFile::ggml_type_name(last->ggml_type) + ",",
+             "extends past the end of the file"});
+
+    // blk.0.ffn_up.weight is Q4_K, 256 x 512 (ne0 256: one super-block per row).
+    const size_t record = tensor_record(original, "blk.0.ffn_up.weight");
+    uint32_t n_dims = 0;
+    std::memcpy(&n_dims, &original[record], 4);
+    REQUIRE(n_dims == 2);
+    const size_t ne0_at = record + 4, type_at = record + 4 + 8 * n_dims;
+    uint32_t type = 0;
+    std::memcpy(&type, &original[type_at], 4);
+    REQUIRE(type == 12);  // Q4_K
+    auto poked = [&](size_t at, const void* value, size_t n) {
+        std::string bytes = original;
+        std::memcpy(&bytes[at], value, n);
+        return bytes;
+    };
+    const uint64_t half_block = 128;
+    refused(poked(ne0_at, &half_block, 8),
+            {"tensor 'blk.0.ffn_up.weight' of type Q4_K has ne0 = 128, expected a multiple of 256"});
+    const uint32_t iq2_xxs = 16, unknown = 99;
+    refused(poked(type_at, &iq2_xxs, 4), {"blk.0.ffn_up.weight", "IQ2_XXS", "which kvlm cannot import"});
+    refused(poked(type_at, &unknown, 4), {"blk.0.ffn_up.weight has type unknown (ggml type 99)"});
 }

@@ -149,3 +149,8 @@ for name in ['gpt-2', 'llama-spm', 'phi-3', 'starcoder']:
         model_kvs.append(('llama.vocab_size', 4, 320))  # padded past the tokenizer's 300 tokens
         tiny_model(f'{out_dir}/tiny-llama-bpe.gguf', model_kvs, 320, 0)
 EOF
+# The other block types (q5_0, q5_1, iq4_nl, the k-quants, iq4_xs): a tensor of each, and a small model
+# whose matrices hold them all.
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+cp "$root/tests/data/gguf_kquant_types.gguf" "$OUT_DIR/kquant-types.gguf"
+python3 "$root/tests/data/gen_gguf_kquant_model.py" "$DATA/stories260K/stories260K.gguf" "$OUT_DIR/kquant-model.gguf"

@@ -1,6 +1,6 @@
 # Seeds for fuzz_kvlm: models written by `kvlm convert`: stories260K (f32, f16, bf16), the tiny GGUF models
-# of the gguf seeds (quantized source, untied, llama3 rope scaling, byte-level BPE tokenizer) and a tiny
-# synthetic Qwen2 (q/k/v biases) from a config.json.
+# of the gguf seeds (quantized source, untied, llama3 rope scaling, byte-level BPE tokenizer, every block
+# type) and a tiny synthetic Qwen2 (q/k/v biases) from a config.json.
 set -euo pipefail
 convert() { "$KVLM_BIN" convert "$@" -q >/dev/null 2>&1; }
 for dtype in f32 f16 bf16; do
@@ -11,6 +11,7 @@ OUT_DIR="$WORK/gguf" bash "$(dirname "$0")/gguf.sh"
 for name in q8_0 untied bpe; do
     convert "$WORK/gguf/tiny-llama-$name.gguf" -o "$OUT_DIR/tiny-llama-$name.kvlm"
 done
+convert "$WORK/gguf/kquant-model.gguf" -o "$OUT_DIR/kquant-model.kvlm"
 convert "$WORK/gguf/tiny-llama3-rope-freqs.gguf" --dtype bf16 -o "$OUT_DIR/tiny-llama3-rope-bf16.kvlm"
 cat >"$WORK/qwen2-config.json" <<'EOF'
 {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
