@@ -19,7 +19,7 @@ int cmd_convert(const ConvertOptions& options) {
                      s.n_tensors, s.types.c_str(), double(s.n_bytes) / 1e6, s.seconds);
         if (!s.kept_f16.empty())
             std::fprintf(stderr, "kvlm: %zu matrices stay f16: their rows are not whole %lld-element blocks of %s (%s%s)\n",
-                         s.kept_f16.size(), (long long)kQuantBlock, dtype_name(s.dtype), s.kept_f16.front().c_str(),
+                         s.kept_f16.size(), (long long)dtype_block_elements(s.dtype), dtype_name(s.dtype), s.kept_f16.front().c_str(),
                          s.kept_f16.size() > 1 ? ", ..." : "");
         std::fprintf(stderr, "fingerprint %s\n", s.fingerprint.c_str());
     }

@@ -5,15 +5,12 @@
 #include <cmath>
 
 #include "format/quant_blocks.h"
+#include "format/quantize_blocks.h"
 #include "util/error.h"
 
 namespace kvlm {
 
 bool dtype_is_quantized(DType dtype) { return dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16; }
-
-bool dtype_has_quantizer(DType dtype) {
-    return !dtype_is_quantized(dtype) || dtype == DType::q8_0 || dtype == DType::q4_0 || dtype == DType::q4_1;
-}
 
 int64_t dtype_block_elements(DType dtype) {
     switch (dtype) {
@@ -160,48 +157,6 @@ uint16_t load_u16(const uint8_t* p) {
 }
 void store_u16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
 
-// One block of 32 elements. The quantizers follow ggml's reference (quantize_row_*_ref) step by step in f32, so
-// that they round exactly as it does: no fused multiply-add (ISO C++ mode does not contract).
-void quantize_block(DType dtype, const float* x, uint8_t* b) {
-    switch (dtype) {
-        case DType::q8_0: {
-            float amax = 0.0f;
-            for (int j = 0; j < 32; j++) amax = std::max(amax, std::fabs(x[j]));
-            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-            store_u16(b, f32_to_f16(d));
-            for (int j = 0; j < 32; j++) b[2 + j] = uint8_t(int8_t(std::round(x[j] * id)));
-            return;
-        }
-        case DType::q4_0: {
-            float amax = std::fabs(x[0]), max = x[0];  // the first element of largest magnitude, with its sign
-            for (int j = 1; j < 32; j++)
-                if (amax < std::fabs(x[j])) {
-                    amax = std::fabs(x[j]);
-                    max = x[j];
-                }
-            const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-            store_u16(b, f32_to_f16(d));
-            auto nibble = [&](float v) { return uint8_t(std::min(15, int(v * id + 8.5f))); };
-            for (int j = 0; j < 16; j++) b[2 + j] = uint8_t(nibble(x[j]) | (nibble(x[j + 16]) << 4));
-            return;
-        }
-        case DType::q4_1: {
-            float min = x[0], max = x[0];
-            for (int j = 1; j < 32; j++) {
-                min = std::min(min, x[j]);
-                max = std::max(max, x[j]);
-            }
-            const float d = (max - min) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-            store_u16(b, f32_to_f16(d));
-            store_u16(b + 2, f32_to_f16(min));
-            auto nibble = [&](float v) { return uint8_t(std::min(15, int((v - min) * id + 0.5f))); };
-            for (int j = 0; j < 16; j++) b[4 + j] = uint8_t(nibble(x[j]) | (nibble(x[j + 16]) << 4));
-            return;
-        }
-        default: KVLM_ASSERT(false, "quantize_block of an unquantized type");
-    }
-}
-
 }  // namespace
 
 // Sources may be unaligned (safetensors and GGUF data start at arbitrary offsets): load through memcpy.
@@ -231,13 +186,7 @@ void convert_from_f32(DType to, const float* src, void* dst, size_t n) {
         case DType::bf16:
             for (size_t i = 0; i < n; i++) store_u16(bytes + 2 * i, f32_to_bf16(src[i]));
             return;
-        default: {
-            KVLM_ASSERT(dtype_has_quantizer(to), "convert_from_f32: no quantizer for this type");
-            KVLM_ASSERT(n % kQuantBlock == 0, "convert_from_f32: not a whole number of blocks");
-            const size_t block_bytes = dtype_block_bytes(to);
-            for (size_t b = 0; b < n / kQuantBlock; b++) quantize_block(to, src + b * kQuantBlock, bytes + b * block_bytes);
-            return;
-        }
+        default: quantize_blocks(to, src, dst, int64_t(n)); return;
     }
 }
 

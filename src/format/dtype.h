@@ -38,8 +38,6 @@ constexpr int64_t kQuantBlock = 32;      // elements per block of q8_0, q4_0, q4
 constexpr int64_t kSuperBlock = 256;     // elements per block of the k-quants and iq4_xs
 
 bool dtype_is_quantized(DType dtype);
-// Whether convert_from_f32 can make the type (f32, f16, bf16, q8_0, q4_0, q4_1).
-bool dtype_has_quantizer(DType dtype);
 int64_t dtype_block_elements(DType dtype);   // 1, kQuantBlock or kSuperBlock
 size_t dtype_block_bytes(DType dtype);       // bytes per block (per element for f32/f16/bf16)
 // Bytes of n elements; n must be a multiple of dtype_block_elements (checked by the callers that parse shapes).
@@ -69,9 +67,7 @@ uint16_t f32_to_f16(float f);  // round to nearest even, overflow to inf
 
 // Convert n elements of src (dtype from) into dst f32 (dequantize: n a multiple of the type's block).
 void convert_to_f32(DType from, const void* src, float* dst, size_t n);
-// Convert n f32 elements into dst of dtype to. q8_0, q4_0 and q4_1 round to nearest as ggml's reference
-// quantizer does (the gguf Python package gives the same bytes); n a multiple of kQuantBlock. The other
-// quantized types have no quantizer yet (an internal error: convert refuses them before).
+// Convert n f32 elements into dst of dtype to (quantize: n a multiple of the type's block; format/quantize_blocks.h).
 void convert_from_f32(DType to, const float* src, void* dst, size_t n);
 
 }  // namespace kvlm

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "import/quant_recipe.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 #include "util/byte_size.h"
@@ -125,13 +126,13 @@ ConvertSummary convert_model(const ConvertOptions& o, bool show_progress) {
     auto t0 = std::chrono::steady_clock::now();
     if (o.output.empty()) throw_error("convert: -o OUT.kvlm is required");
     check_output_path(o);
+    // --dtype is a type (every matrix in it) or one of llama-quantize's k-quant mixes (a type per tensor).
     DType dtype = DType::f32;
-    if (!o.dtype.empty() && !dtype_from_name(o.dtype, &dtype))
-        throw_error("--dtype {}: unknown type (expected f32, f16, bf16, q8_0, q4_0 or q4_1)", o.dtype);
-    if (!dtype_has_quantizer(dtype))
-        throw_error("--dtype {}: kvlm cannot quantize to {} yet (expected f32, f16, bf16, q8_0, q4_0 or q4_1; a GGUF "
-                    "that holds {} tensors, from llama-quantize, converts with its types kept)",
-                    o.dtype, o.dtype, o.dtype);
+    const std::optional<QuantMix> mix = quant_mix_from_name(o.dtype);
+    if (!o.dtype.empty() && !mix && !dtype_from_name(o.dtype, &dtype))
+        throw_error("--dtype {}: unknown type (expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, or a "
+                    "k-quant mix: {})",
+                    o.dtype, quant_mix_names());
 
     ConvertSource src = open_source(o);
     const std::string source_name = o.synthetic.empty() ? o.source : "--synthetic " + o.synthetic;
@@ -149,6 +150,7 @@ ConvertSummary convert_model(const ConvertOptions& o, bool show_progress) {
     }
     meta.tokenizer.merge_ids = meta.tokenizer.type == "bpe" ? resolve_bpe_merges(meta.tokenizer) : std::vector<int32_t>{};
 
+    if (mix) dtype = quant_mix_base_type(*mix);
     std::vector<TensorInfo> tensors = expected_tensors(meta.config, dtype);
     KVLM_ASSERT(tensors.size() == src.tensors.size(), "importer tensor list disagrees with expected_tensors");
     std::vector<std::string> kept_f16;
@@ -158,9 +160,11 @@ ConvertSummary convert_model(const ConvertOptions& o, bool show_progress) {
         KVLM_ASSERT(t.name == src.tensors[i].name && t.shape == src.tensors[i].shape,
                     "importer tensor list disagrees with expected_tensors");
         if (o.dtype.empty()) t.dtype = t.shape.size() == 1 ? DType::f32 : src.tensors[i].dtype;
-        // expected_tensors keeps a matrix whose rows are not whole blocks of a quantized --dtype in f16
-        // (stories260K's n_ff of 172); the summary says so.
-        else if (t.shape.size() > 1 && t.dtype != dtype) kept_f16.push_back(t.name);
+        else if (mix && t.shape.size() > 1) t.dtype = quant_mix_tensor_type(*mix, t.name, tensor_row_len(t), meta.config);
+        // A matrix whose rows are not whole blocks of a quantized --dtype stays f16 (stories260K's n_ff of
+        // 172); the summary says so.
+        if (!o.dtype.empty() && t.shape.size() > 1 && t.dtype == DType::f16 && dtype != DType::f16)
+            kept_f16.push_back(t.name);
         t.n_bytes = dtype_bytes(t.dtype, uint64_t(element_count(t.shape)));
         total_bytes += t.n_bytes;
     }

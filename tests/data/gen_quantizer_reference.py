@@ -1,7 +1,7 @@
 # Generates quantizer_reference.json for tests/import/test_convert.cpp: the XXH3-64 checksum (what a .kvlm
-# directory stores per tensor) of every stories260K matrix quantized to Q8_0, Q4_0 and Q4_1 by the gguf Python
-# package's reference quantizer, so that `kvlm convert --dtype q8_0|q4_0|q4_1` is checked to give the same
-# blocks, byte for byte, on real trained weights. Matrices whose rows are not whole 32-element blocks
+# directory stores per tensor) of every stories260K matrix quantized to Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 by the
+# gguf Python package's reference quantizer, so that `kvlm convert --dtype q8_0|q4_0|q4_1|q5_0|q5_1` is checked
+# to give the same blocks, byte for byte, on real trained weights. Matrices whose rows are not whole 32-element blocks
 # (ffn_down: 172 columns) are left out: kvlm keeps them f16.
 # Run from tests/data with the shared models at KVLM_TEST_DATA (default ../../../shared/models):
 #   pip install gguf xxhash numpy && python3 gen_quantizer_reference.py
@@ -33,7 +33,7 @@ def kvlm_name(hf):
     return None
 
 out = {}
-for qtype, name in [(T.Q8_0, "q8_0"), (T.Q4_0, "q4_0"), (T.Q4_1, "q4_1")]:
+for qtype, name in [(T.Q8_0, "q8_0"), (T.Q4_0, "q4_0"), (T.Q4_1, "q4_1"), (T.Q5_0, "q5_0"), (T.Q5_1, "q5_1")]:
     sums = {}
     for hf, info in header.items():
         if hf == "__metadata__" or len(info["shape"]) != 2 or kvlm_name(hf) is None:

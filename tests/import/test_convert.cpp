@@ -357,15 +357,15 @@ TEST_CASE("convert: --dtype f16 and bf16 round each matrix value of the f32 conv
             o.dtype = "q4";
             return o;
         }(),
-        {"--dtype q4", "f32, f16, bf16, q8_0, q4_0 or q4_1"});
+        {"--dtype q4", "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, or a k-quant mix: q2_k, q3_k_s"});
 }
 
-TEST_CASE("convert: --dtype q8_0/q4_0/q4_1 gives the gguf package's blocks for real weights, byte for byte") {
+TEST_CASE("convert: --dtype q8_0/q4_0/q4_1/q5_0/q5_1 gives the gguf package's blocks for real weights, byte for byte") {
     if (!have_data(stories("hf/model.safetensors")) || !have_data(stories("tok512.bin"))) return;
     // tests/data/gen_quantizer_reference.py: XXH3-64 of each stories260K matrix quantized by gguf.quants.
     const nlohmann::json reference = nlohmann::json::parse(read_file("tests/data/quantizer_reference.json"));
     TempDir dir;
-    for (const char* name : {"q8_0", "q4_0", "q4_1"}) {
+    for (const char* name : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}) {
         CAPTURE(std::string(name));
         ConvertSummary s = convert(stories("hf"), dir.file(std::string(name) + ".kvlm"), stories("tok512.bin"), name);
         DType want;

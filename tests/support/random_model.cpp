@@ -69,6 +69,10 @@ std::vector<uint8_t> random_quant_blocks(DType dtype, int64_t n_elements, float 
     return bytes;
 }
 
+// The types whose random models come from the quantizer (as before the other types had one); the rest get
+// random blocks, every bit pattern a GGUF may hold rather than only what kvlm's quantizer writes.
+static bool made_by_quantizer(DType dtype) { return dtype == DType::q8_0 || dtype == DType::q4_0 || dtype == DType::q4_1; }
+
 std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType dtype, uint64_t seed) {
     auto model = std::make_unique<RandomModel>();
     model->config = config;
@@ -77,7 +81,7 @@ std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType 
         TensorView view;
         view.shape = shape;
         view.dtype = shape.size() == 1 ? DType::f32 : dtype;
-        if (dtype_is_quantized(view.dtype) && !dtype_has_quantizer(view.dtype)) {
+        if (dtype_is_quantized(view.dtype) && !made_by_quantizer(view.dtype)) {
             model->storage.push_back(random_quant_blocks(view.dtype, view.n_elements(), hi, next_seed++));
         } else {
             std::vector<float> values = random_floats(size_t(view.n_elements()), lo, hi, next_seed++);

@@ -23,8 +23,8 @@ struct RandomModel {
 ModelConfig small_random_config();
 
 // Every tensor uniform random (matrices scaled by 1/sqrt(in_features), norms near 1, embeddings in
-// [-1, 1]); matrices stored in `dtype`, 1-D tensors f32. Types without a quantizer (dtype_has_quantizer)
-// get random_quant_blocks of the same amplitudes. Same seed = same model.
+// [-1, 1]); matrices stored in `dtype`, 1-D tensors f32. q8_0, q4_0 and q4_1 are quantized;
+// the other block types get random_quant_blocks of the same amplitudes (every bit pattern a GGUF may hold). Same seed = same model.
 std::unique_ptr<RandomModel> make_random_model(const ModelConfig& config, DType dtype, uint64_t seed);
 
 // A copy of `model` whose quantized matrices are replaced by their f32 decoding (convert_to_f32), every
