@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Quantization quality beside llama.cpp: for each type, the perplexity of SmolLM2-135M-Instruct made by
 # llama-quantize (from the default Q4_1 GGUF, as bench/peer_llamacpp.sh makes it) scored by llama-perplexity
-# and by `kvlm perplexity` on the same file, and of kvlm's own `convert --dtype TYPE` from the same source
-# scored by kvlm. Run bench/peer_llamacpp.sh with the same TYPES first (it builds the peer and the files).
+# and by `kvlm perplexity` on the same file and on its weights widened to f32 (`convert --dtype f32`: the
+# exact arithmetic, which tells whose figure is off when the two engines differ), and of kvlm's own
+# `convert --dtype TYPE` from the same source scored by kvlm. Run bench/peer_llamacpp.sh with the same TYPES first (it builds the peer and the files).
 #   usage: bench/quant_quality.sh    env: TYPES="q2_k q3_k_m q4_k_m q5_k_m q6_k q5_0 q5_1 iq4_xs" THREADS=<cores>
 #          TEXT (default /usr/share/common-licenses/GPL-3) CTX=512 CHUNKS=8 PEER_CACHE KVLM
 set -euo pipefail
@@ -38,12 +39,15 @@ echo
 f32_ppl=$(kvlm_ppl "$source_f32")
 echo "the source's weights in f32, kvlm: $f32_ppl"
 echo
-echo "| type | llama-quantize file: llama-perplexity | same file: kvlm | kvlm / llama | kvlm convert --dtype: kvlm | kvlm's file / llama's file (kvlm scoring both) |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+echo "| type | llama-quantize file: llama-perplexity | same file: kvlm | kvlm / llama | same weights in f32: kvlm | kvlm convert --dtype: kvlm | kvlm's file / llama's file (kvlm scoring both) |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for t in $TYPES; do
     gguf="$WORK/smollm2-135m-$t.gguf" kept="$WORK/smollm2-135m-$t.kvlm" ours="$WORK/smollm2-135m-$t-kvlm-quantized.kvlm"
     [ -f "$gguf" ] && [ -f "$kept" ] || die "$gguf or $kept not found: run TYPES=\"$t\" bench/peer_llamacpp.sh first"
+    widened="$WORK/smollm2-135m-$t-widened-f32.kvlm"
     "$KVLM" convert "$SOURCE" --dtype "$t" -o "$ours" -q --force
-    peer=$(llama_ppl "$gguf") same=$(kvlm_ppl "$kept") own=$(kvlm_ppl "$ours")
-    python3 -c 'import sys; t, p, s, o = sys.argv[1], *map(float, sys.argv[2:]); print(f"| {t} | {p:.4f} | {s:.4f} | {s/p:.4f} | {o:.4f} | {o/s:.4f} |")' "$t" "$peer" "$same" "$own"
+    "$KVLM" convert "$gguf" --dtype f32 -o "$widened" -q --force
+    peer=$(llama_ppl "$gguf") same=$(kvlm_ppl "$kept") exact=$(kvlm_ppl "$widened") own=$(kvlm_ppl "$ours")
+    rm -f "$widened"
+    python3 -c 'import sys; t, p, s, e, o = sys.argv[1], *map(float, sys.argv[2:]); print(f"| {t} | {p:.4f} | {s:.4f} | {s/p:.4f} | {e:.4f} | {o:.4f} | {o/s:.4f} |")' "$t" "$peer" "$same" "$exact" "$own"
 done
