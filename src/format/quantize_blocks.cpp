@@ -289,13 +289,18 @@ void quantize_q2_k(const float* x, uint8_t* b) {
     }
 }
 
-// q3_k and q6_k: 16 sub-blocks of 16, symmetric codes, signed sub-scales on one f16 d.
-void quantize_q3_k(const float* x, uint8_t* b) {
-    float w[256], scale[16];
+// q3_k and q6_k: 16 sub-blocks of 16, symmetric codes in [qmin, -qmin - 1], signed sub-scales in
+// [scale_min, -scale_min - 1] on one f16 d (returned; the largest sub-scale gets scale_min).
+float symmetric_sub_scales(const float* x, int qmin, int scale_min, float* scale) {
+    float w[256];
     squares(x, 256, w);
-    for (int j = 0; j < 16; j++) scale[j] = fit_symmetric(x + 16 * j, w + 16 * j, 16, -4, 3);
-    const float max = signed_max(scale, 16);
-    const float d = f16_rounded(max / -32.0f);
+    for (int j = 0; j < 16; j++) scale[j] = fit_symmetric(x + 16 * j, w + 16 * j, 16, qmin, -qmin - 1);
+    return f16_rounded(signed_max(scale, 16) / float(scale_min));
+}
+
+void quantize_q3_k(const float* x, uint8_t* b) {
+    float scale[16];
+    const float d = symmetric_sub_scales(x, -4, -32, scale);
     store_f16(b + 108, d);
     uint8_t* hmask = b;
     uint8_t* qs = b + 32;
@@ -317,11 +322,8 @@ void quantize_q3_k(const float* x, uint8_t* b) {
 }
 
 void quantize_q6_k(const float* x, uint8_t* b) {
-    float w[256], scale[16];
-    squares(x, 256, w);
-    for (int j = 0; j < 16; j++) scale[j] = fit_symmetric(x + 16 * j, w + 16 * j, 16, -32, 31);
-    const float max = signed_max(scale, 16);
-    const float d = f16_rounded(max / -128.0f);
+    float scale[16];
+    const float d = symmetric_sub_scales(x, -32, -128, scale);
     store_f16(b + 208, d);
     std::memset(b, 0, 192);
     for (int j = 0; j < 16; j++) {
@@ -372,33 +374,26 @@ void quantize_iq4_xs(const float* x, uint8_t* b) {
     store_u16(b + 2, scales_h);
 }
 
-void quantize_block(DType dtype, const float* x, uint8_t* b) {
+// q4_0, q4_1, q5_0, q5_1: f16 d, [f16 min], then 4-bit codes (and q5's fifth bits).
+void quantize_ref_block(const float* x, int bits, bool with_min, uint8_t* b) {
     uint8_t code[32];
     float d = 0.0f, min = 0.0f;
+    if (with_min) quantize_min_ref(x, bits, code, &d, &min);
+    else quantize_symmetric_ref(x, bits, code, &d);
+    store_f16(b, d);
+    if (with_min) store_f16(b + 2, min);
+    uint8_t* codes = b + (with_min ? 4 : 2);
+    if (bits == 5) pack_q5_bits(code, codes);
+    else pack_nibbles32(code, codes);
+}
+
+void quantize_block(DType dtype, const float* x, uint8_t* b) {
     switch (dtype) {
         case DType::q8_0: quantize_q8_0(x, b); return;
-        case DType::q4_0:
-            quantize_symmetric_ref(x, 4, code, &d);
-            store_f16(b, d);
-            pack_nibbles32(code, b + 2);
-            return;
-        case DType::q4_1:
-            quantize_min_ref(x, 4, code, &d, &min);
-            store_f16(b, d);
-            store_f16(b + 2, min);
-            pack_nibbles32(code, b + 4);
-            return;
-        case DType::q5_0:
-            quantize_symmetric_ref(x, 5, code, &d);
-            store_f16(b, d);
-            pack_q5_bits(code, b + 2);
-            return;
-        case DType::q5_1:
-            quantize_min_ref(x, 5, code, &d, &min);
-            store_f16(b, d);
-            store_f16(b + 2, min);
-            pack_q5_bits(code, b + 4);
-            return;
+        case DType::q4_0: quantize_ref_block(x, 4, false, b); return;
+        case DType::q4_1: quantize_ref_block(x, 4, true, b); return;
+        case DType::q5_0: quantize_ref_block(x, 5, false, b); return;
+        case DType::q5_1: quantize_ref_block(x, 5, true, b); return;
         case DType::iq4_nl: quantize_iq4_nl(x, b); return;
         case DType::q2_k: quantize_q2_k(x, b); return;
         case DType::q3_k: quantize_q3_k(x, b); return;
