@@ -11,6 +11,7 @@
 #   bash tools/gpu_session.sh cpu      # ~3 min: CPU decode and prefill from 1 to all cores (the dev VMs have 2)
 #   bash tools/gpu_session.sh peer     # llama.cpp's llama-bench beside kvlm bench, same GPU, same weights (carry .carry-peer too)
 #   bash tools/gpu_session.sh peer8b   # the same for the Llama-3-8B shape in bf16
+#   bash tools/gpu_session.sh peerquant # the same for the k-quant mixes (issue 47): 1B q4_k_m/q5_k_m/q6_k, SmolLM2 q4_k_m
 #   bash tools/gpu_session.sh tune     # ~6 min: attention's and the GEMVs' launch rules and the persistent decode kernel swept (1B bf16/q4_0, SmolLM2; 8B GEMVs)
 # Times are session 15's on an H200 (bench/RESULTS.md, "GPU"); docs/CUDA.md says what to do with each verdict.
 # Converted models stay in $KVLM_GPU_MODELS (default /tmp/kvlm-models) while the machine is warm.
@@ -399,6 +400,13 @@ tune_row() {
     fi
 }
 
+# The k-quant kernels (gemv_quantized.cu over super-blocks; prefill through f16 tiles) beside llama.cpp's, on
+# the mixes llama-quantize makes (kvlm convert --dtype q4_k_m etc. gives the same per-tensor types).
+stage_peerquant() {
+    run_peer peerquant "llama-3.2-1b:llama3:q4_k_m llama-3.2-1b:llama3:q5_k_m llama-3.2-1b:llama3:q6_k smollm2-135m:smollm2:q4_k_m" \
+        "-p 512 -n 128 -r 3"
+}
+
 # Launch rules swept, for issue 18's bandwidth targets and the gaps session 25's H100 showed (docs/CUDA.md):
 # attention's (KVLM_CUDA_ATTN_SPLIT_KEYS:_FILL:_ONE_HEAD) at depths 1024 and 4096, where the 1B shape decoded
 # at 0.93x llama.cpp's rate (0.79x in q4_0); the GEMVs' (KVLM_CUDA_GEMV_ROWS:_THREADS:_SPLIT:_STAGE) at depth
@@ -472,6 +480,7 @@ hf) stage_hf ;;
 cpu) stage_cpu ;;
 peer) stage_peer ;;
 peer8b) stage_peer8b ;;
+peerquant) stage_peerquant ;;
 tune) stage_tune ;;
-*) echo "usage: $0 smoke|tests|bench|bench8b|hf|cpu|peer|peer8b|tune" >&2; exit 2 ;;
+*) echo "usage: $0 smoke|tests|bench|bench8b|hf|cpu|peer|peer8b|peerquant|tune" >&2; exit 2 ;;
 esac

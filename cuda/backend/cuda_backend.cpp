@@ -4,37 +4,11 @@
 
 namespace kvlm::cuda_detail {
 
-namespace {
-
-// The CUDA kernels read f32, f16, bf16, q8_0, q4_0 and q4_1 weights: a model with another type (a k-quant, ...)
-// is refused naming the tensor, never run in part on the CPU.
-void refuse_unsupported_weights(const ModelWeights& weights) {
-    auto check = [](const TensorView& v, const std::string& name) {
-        if (v.data && dtype_is_quantized(v.dtype) && v.dtype != DType::q8_0 && v.dtype != DType::q4_0 &&
-            v.dtype != DType::q4_1)
-            throw_error("cuda backend: tensor {} is {}, which the CUDA kernels do not run yet (use --device cpu)",
-                        name, dtype_name(v.dtype));
-    };
-    check(weights.token_embd, "token_embd.weight");
-    check(weights.output, "output.weight");
-    for (size_t i = 0; i < weights.layers.size(); i++) {
-        const LayerWeights& lw = weights.layers[i];
-        const std::pair<const TensorView*, const char*> matrices[] = {
-            {&lw.attn_q, "attn_q"},           {&lw.attn_k, "attn_k"},     {&lw.attn_v, "attn_v"},
-            {&lw.attn_output, "attn_output"}, {&lw.ffn_gate, "ffn_gate"}, {&lw.ffn_up, "ffn_up"},
-            {&lw.ffn_down, "ffn_down"}};
-        for (const auto& [view, role] : matrices) check(*view, fmt::format("blk.{}.{}.weight", i, role));
-    }
-}
-
-}  // namespace
-
 CudaBackend::CudaBackend(const ModelConfig& config, const ModelWeights& weights, const BackendOptions& options,
                          bool show_progress)
     : config_(config), device_(select_device(&prop_)) {
     config_.validate("cuda backend");
     check_model_weights(config_, weights, "cuda backend");
-    refuse_unsupported_weights(weights);
     if (options.block_size < 1) throw_error("cuda backend: block size {} must be at least 1", options.block_size);
     if (config_.head_dim > kCudaMaxHeadDim)
         throw_error("cuda backend: head_dim {} is above the {} the attention kernel supports (use --device cpu)",

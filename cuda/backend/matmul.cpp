@@ -34,7 +34,7 @@ void launch_matmul_quantized(cublasHandle_t handle, float* out, const void* x, c
                              cudaStream_t stream) {
     if (n <= 0 || n_out <= 0) return;
     KVLM_ASSERT(dtype_is_quantized(w_dtype), "launch_matmul_quantized: weights are not quantized");
-    KVLM_ASSERT(n_in % kQuantBlock == 0, "launch_matmul_quantized: rows are not whole blocks");
+    KVLM_ASSERT(n_in % dtype_block_elements(w_dtype) == 0, "launch_matmul_quantized: rows are not whole blocks");
     KVLM_ASSERT(tile != nullptr && tile_rows >= 1, "launch_matmul_quantized: no tile scratch");
     KVLM_ASSERT(n <= INT_MAX && n_in <= INT_MAX && n_out <= INT_MAX, "launch_matmul: dimension above INT_MAX");
     const CublasApi& api = cublas_api();

@@ -29,7 +29,7 @@ void launch_matmul_prepared(cublasHandle_t handle,
                             DType w_dtype, int64_t n, int64_t n_in, int64_t n_out, bool accumulate,
                             cudaStream_t stream);
 
-// Quantized weights (q8_0, q4_0, q4_1) for a batch: out[t, r] (+)= dot(w[r, :], x[t, :]) with x in f16. The
+// Quantized weights (any quantized type) for a batch: out[t, r] (+)= dot(w[r, :], x[t, :]) with x in f16. The
 // weight rows are widened to f16 tile_rows at a time into `tile` (launch_dequantize_f16), each tile then one
 // tensor-core GEMM writing its columns of out, so no dequantized copy of the matrix outlives the call.
 // Results as launch_matmul_prepared over the f16-rounded weights.

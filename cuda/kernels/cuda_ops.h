@@ -22,7 +22,7 @@ void launch_embed(float* out,             // [n, dim]
                   const void* table,      // [n_vocab, dim] in dtype
                   DType dtype, int32_t n, int32_t dim, cudaStream_t stream);
 
-// dequantize.cu: out = the q8_0/q4_0/q4_1 elements of w as f16 (round to nearest even); the prefill GEMMs'
+// dequantize.cu: out = the elements of quantized w (any type, whole blocks) as f16 (round to nearest even); the prefill GEMMs'
 // weight tiles. n_elements is a multiple of 32.
 void launch_dequantize_f16(void* out,      // [n_elements] f16
                            const void* w,  // [n_elements / 32] blocks in dtype
@@ -184,8 +184,8 @@ void launch_rope_kv_write(float* q,                    // [n, n_heads, head_dim]
 
 // gemv.cu: single-token matrix-vector products for decode (batch 1 is memory-bound: each weight is read
 // once with 16-byte loads, f32 accumulation, no activation conversion and no cuBLAS, so the products can be
-// captured in a CUDA graph). Weights are row-major [n_out, n_in] in f32, f16 or bf16, or q8_0/q4_0/q4_1
-// (gemv_quantized.cu: n_in a multiple of 32, matrices 2-byte aligned, q4_1 4-byte).
+// captured in a CUDA graph). Weights are row-major [n_out, n_in] in f32, f16 or bf16, or any quantized type
+// (gemv_quantized.cu: n_in whole blocks, matrices 2-byte aligned, q4_1, q5_1, q2_k, q4_k, q5_k and iq4_xs 4-byte).
 // x_hat = x, or rmsnorm(x) * norm_weight (as rmsnorm_cpu) when norm_weight is not null, computed inside.
 // decode_persistent.cu: the decode step's embedding, layers and head in one cooperative launch (the sampling
 // stays a separate launch). Device pointers; positions = the step's position ([1]).

@@ -162,12 +162,9 @@ void launch_gemv_params(const GemvParams& p, DType dtype, int n_weights, bool sw
         case DType::bf16:
             launch_gemv_typed<__nv_bfloat16>(p, n_weights, swiglu, stream);
             break;
-        case DType::q8_0:
-        case DType::q4_0:
-        case DType::q4_1:
+        default:
+            if (!dtype_is_quantized(dtype)) throw_error("cuda: no GEMV kernel for {} weights", dtype_name(dtype));
             launch_gemv_quantized(p, dtype, n_weights, swiglu, stream);
-            break;
-        default: throw_error("cuda: no GEMV kernel for {} weights", dtype_name(dtype));
     }
 }
 
@@ -175,11 +172,11 @@ bool known_dtype(DType dtype) {
     return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16 || dtype_is_quantized(dtype);
 }
 
-// Quantized rows are whole 32-element blocks: checked for every output before anything launches.
+// Quantized rows are whole blocks (32 or 256 elements): checked for every output before anything launches.
 void check_quantized_n_in(DType dtype, int32_t n_in, const char* launcher) {
-    if (dtype_is_quantized(dtype) && n_in % kQuantBlock != 0)
-        cuda_throw((std::string(launcher) + ": " + dtype_name(dtype) + " rows must be whole 32-element blocks (n_in " +
-                    std::to_string(n_in) + ")")
+    if (dtype_is_quantized(dtype) && n_in % dtype_block_elements(dtype) != 0)
+        cuda_throw((std::string(launcher) + ": " + dtype_name(dtype) + " rows must be whole " +
+                    std::to_string(dtype_block_elements(dtype)) + "-element blocks (n_in " + std::to_string(n_in) + ")")
                        .c_str());
 }
 
@@ -268,7 +265,8 @@ void launch_gemv_tokens(const GemvOutput* outputs, int32_t n_outputs, const floa
     if (n_rows > INT32_MAX) cuda_throw("launch_gemv: more than INT32_MAX output rows in one launch");
     if (n_rows == 0 || n_tokens == 0) return;
     // One launch per weight dtype present (one in total in the usual case of equal dtypes).
-    for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1}) {
+    for (uint32_t raw = 0; dtype_is_known(raw); raw++) {
+        const DType dtype = DType(raw);
         GemvParams p = base_params(x, n_in, norm_weight, norm_eps, accumulate);
         int n = 0;
         int32_t end = 0;

@@ -1,20 +1,24 @@
-// Decode GEMVs over quantized weights (q8_0, q4_0, q4_1): the blocks are read as they sit in device memory,
-// dequantized in registers and multiplied with the f32 activation x_hat in f32 (the activation is not
-// quantized: the GPU is memory-bound at batch 1, so the f32 products cost nothing and stay closer to the
-// exact result than the CPU's q8 activations). Same launch variants, shapes and epilogue as gemv.cu
-// (gemv_shared.cuh): fused rmsnorm, up to 3 outputs, residual accumulate, the SwiGLU pair. Deterministic.
+// Decode GEMVs over quantized weights (every quantized type: q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl and the
+// 256-element q2_k .. q6_k and iq4_xs): the blocks are read as they sit in device memory, dequantized in
+// registers and multiplied with the f32 activation x_hat in f32 (the activation is not quantized: the GPU is
+// memory-bound at batch 1, so the f32 products cost nothing and stay closer to the exact result than the
+// CPU's q8 activations). Same launch variants, shapes and epilogue as gemv.cu (gemv_shared.cuh): fused
+// rmsnorm, up to 3 outputs, residual accumulate, the SwiGLU pair. Deterministic.
 //
-// Loads: blocks of 34/18/20 bytes sit at every 2-byte (q8_0, q4_0) or 4-byte (q4_1) offset, so no 16-byte
-// load lines up with them without restaging the row through shared memory. Instead 4 lanes share a block,
-// each reading one quarter of it (8 elements) with 2- and 4-byte loads, and a warp covers 8 consecutive
-// blocks of a row per load step: every warp-wide load instruction reads within those 272/144/160
-// contiguous bytes, so DRAM moves each of the row's 32-byte sectors once (a sector shared by two steps is an
-// L1 hit the second time), the bytes 16-byte loads would move; the cost is more load instructions per byte
-// (q8_0: 5 per 8 elements, q4_0: 3, q4_1: 2), not more traffic.
+// Loads: blocks of 18 to 210 bytes sit at every 2-byte or 4-byte offset (QuantBlock::kAlign), so no 16-byte
+// load lines up with them without restaging the row through shared memory. Instead 4 lanes share a 32-element
+// chunk, each reading one quarter of it (8 elements, gemv_quarters.cuh) with 2- and 4-byte loads, and a warp
+// covers 8 consecutive chunks of a row per load step (8 blocks of 32, or one super-block of 256): every
+// warp-wide load instruction reads within those contiguous bytes, so DRAM moves each of the row's 32-byte
+// sectors once (a sector shared by two steps is an L1 hit the second time), the bytes 16-byte loads would
+// move; the cost is more load instructions per byte (q8_0: 5 per 8 elements, q4_0: 3, q4_1: 2), not more
+// traffic. The super-block types' lanes also load their block's scale words (the same few bytes for the
+// warp: one sector).
 #include <string>
 
 #include "kernels/cuda_ops.h"
 #include "kernels/dtype_cuda.cuh"
+#include "kernels/gemv_quarters.cuh"
 #include "kernels/gemv_shared.cuh"
 #include "kernels/programmatic_launch.cuh"
 #include "kernels/quant_cuda.cuh"
@@ -26,84 +30,24 @@ namespace gemv_detail {
 
 namespace {
 
-// One lane's quarter k (0..3) of a block. q8_0: elements 8k..8k+7 in q0 (bytes 0-3), q1 (bytes 4-7);
-// q4_0/q4_1: qs[4k..4k+3] in q0, i.e. elements 4k..4k+3 (low nibbles) and 4k+16..4k+19 (high nibbles).
-// dm: d in the low 16 bits, q4_1's m in the high 16.
-struct Quarter {
-    uint32_t q0, q1, dm;
-};
-
-template <DType Q>
-__device__ __forceinline__ Quarter load_quarter(const uint8_t* block, int k) {
-    Quarter r;
-    if constexpr (Q == DType::q4_1) {
-        r.dm = __ldg(reinterpret_cast<const uint32_t*>(block));
-        r.q0 = __ldg(reinterpret_cast<const uint32_t*>(block + 4) + k);
-        r.q1 = 0;
-    } else {
-        r.dm = __ldg(reinterpret_cast<const uint16_t*>(block));
-        constexpr int kQuarterBytes = Q == DType::q8_0 ? 8 : 4;
-        const uint16_t* q = reinterpret_cast<const uint16_t*>(block + QuantBlock<Q>::kQs + kQuarterBytes * k);
-        r.q0 = uint32_t(__ldg(q)) | uint32_t(__ldg(q + 1)) << 16;
-        r.q1 = Q == DType::q8_0 ? uint32_t(__ldg(q + 2)) | uint32_t(__ldg(q + 3)) << 16 : 0u;
-    }
-    return r;
-}
-
-// Offsets within the block of the quarter's two runs of 4 elements (x is read as two float4).
-template <DType Q>
-__device__ __forceinline__ int first_run(int k) {
-    return Q == DType::q8_0 ? 8 * k : 4 * k;
-}
-template <DType Q>
-__device__ __forceinline__ int second_run(int k) {
-    return Q == DType::q8_0 ? 8 * k + 4 : 16 + 4 * k;
-}
-
-// acc + sum_j w_j x[j] over the quarter's 8 elements (x in the order of first_run then second_run), as
-// d * sum(q_j x_j) (+ m * sum(x_j) for q4_1): the scale is applied once per quarter.
-template <DType Q>
-__device__ __forceinline__ float quarter_dot(const Quarter& r, const float (&x)[8], float acc) {
-    const float d = f16_bits_to_f32(r.dm);
-    float s = 0.0f;
-    if constexpr (Q == DType::q8_0) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) s = fmaf(float(int8_t(r.q0 >> (8 * i))), x[i], s);
-#pragma unroll
-        for (int i = 0; i < 4; i++) s = fmaf(float(int8_t(r.q1 >> (8 * i))), x[4 + i], s);
-        return fmaf(d, s, acc);
-    } else {
-        constexpr int kOffset = Q == DType::q4_0 ? 8 : 0;
-        float sum_x = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            s = fmaf(float(int((r.q0 >> (8 * i)) & 0x0fu) - kOffset), x[i], s);
-            s = fmaf(float(int((r.q0 >> (8 * i + 4)) & 0x0fu) - kOffset), x[4 + i], s);
-            if (Q == DType::q4_1) sum_x += x[i] + x[4 + i];
-        }
-        acc = fmaf(d, s, acc);
-        return Q == DType::q4_1 ? fmaf(f16_bits_to_f32(r.dm >> 16), sum_x, acc) : acc;
-    }
-}
-
-// One load step: quarter `k` of block base + u * 8 + sub of each of the warp's NR rows; past the row's end
+// One load step: quarter `k` of chunk base + u * 8 + sub of each of the warp's NR rows; past the row's end
 // nothing is loaded (the compute loop skips those).
 template <DType Q, int U, int NR>
 __device__ __forceinline__ void load_step(Quarter (&w)[U][NR], const uint8_t* const (&rows)[NR], int64_t base,
-                                          int64_t n_blocks, int sub, int k) {
+                                          int64_t n_chunks, int sub, int k) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int64_t b = base + u * 8 + sub;
 #pragma unroll
         for (int r = 0; r < NR; r++)
-            if (b < n_blocks) w[u][r] = load_quarter<Q>(rows[r] + b * QuantBlock<Q>::kBytes, k);
+            if (b < n_chunks) w[u][r] = load_quarter<Q>(rows[r], b, k);
     }
 }
 
 // As gemv_kernel (gemv.cu) - warp per R rows, NT token slots, x_hat staged in shared memory or read from
 // global memory and normalised on the fly, the first step's loads issued before x_hat exists - but lane l
 // works on quarter l % 4 of block base + u * 8 + l / 4 (U blocks of 8 per row per step, 8 quarters in flight
-// per lane).
+// per lane). A super-block type's step covers one super-block of each row per u, lane l its chunk l / 4.
 template <DType Q, int R, bool kSwiglu, bool kShared, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const GemvParams p) {
     extern __shared__ float4 x_shared4[];  // [n_tokens, n_in] when kShared
@@ -114,7 +58,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
     constexpr int U = 8 / NR;
     const int lane = threadIdx.x % 32, sub = lane / 4, k = lane % 4;
     const int32_t n_in = p.n_in;
-    const int64_t n_blocks = n_in / kQuantBlock;
+    const int64_t n_chunks = n_in / kQuantBlock;
+    const int64_t row_bytes = int64_t(n_in) / QuantBlock<Q>::kElements * QuantBlock<Q>::kBytes;
     const float* x = p.x;  // written by the prior kernel: coherent loads (programmatic_launch.cuh)
     const float* __restrict__ norm_weight = p.norm_weight;
     const bool norm = norm_weight != nullptr;
@@ -128,11 +73,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
         for (int m = 0; m < kMats; m++) {
             int32_t local;
             const void* w = row_matrix<kSwiglu>(p, warp_row<R, kSwiglu, NT>(p, first, r), m, &local);
-            rows[m * R + r] = static_cast<const uint8_t*>(w) + int64_t(local) * n_blocks * QuantBlock<Q>::kBytes;
+            rows[m * R + r] = static_cast<const uint8_t*>(w) + int64_t(local) * row_bytes;
         }
     }
     Quarter wq[U][NR] = {};
-    if (has_rows) load_step<Q>(wq, rows, 0, n_blocks, sub, k);
+    if (has_rows) load_step<Q>(wq, rows, 0, n_chunks, sub, k);
     wait_for_prior_kernel();  // the weights above are immutable; x and out are not
     allow_next_kernel();
     const EarlyReads<R> early = early_reads<R, kSwiglu, NT>(p, first, lane);
@@ -147,12 +92,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int r = 0; r < NR; r++) acc[t][r] = 0.0f;
-    for (int64_t base = 0; base < n_blocks; base += U * 8) {
-        if (base > 0) load_step<Q>(wq, rows, base, n_blocks, sub, k);
+    for (int64_t base = 0; base < n_chunks; base += U * 8) {
+        if (base > 0) load_step<Q>(wq, rows, base, n_chunks, sub, k);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t b = base + u * 8 + sub;
-            if (b >= n_blocks) continue;
+            if (b >= n_chunks) continue;
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (NT > 1 && t >= p.n_tokens) break;
@@ -173,7 +118,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_quantized_kernel(const Ge
                     }
                 }
 #pragma unroll
-                for (int r = 0; r < NR; r++) acc[t][r] = quarter_dot<Q>(wq[u][r], xv, acc[t][r]);
+                for (int r = 0; r < NR; r++) acc[t][r] = quarter_dot<Q>(wq[u][r], k, sub, xv, acc[t][r]);
             }
         }
     }
@@ -225,7 +170,10 @@ void launch_typed(const GemvParams& p, int n_weights, bool swiglu, cudaStream_t 
 }  // namespace
 
 void launch_gemv_quantized(const GemvParams& p, DType dtype, int n_weights, bool swiglu, cudaStream_t stream) {
-    if (p.n_in % kQuantBlock != 0) cuda_throw("launch_gemv: quantized rows must be whole 32-element blocks");
+    if (p.n_in % dtype_block_elements(dtype) != 0)
+        cuda_throw((std::string("launch_gemv: ") + dtype_name(dtype) + " rows must be whole " +
+                    std::to_string(dtype_block_elements(dtype)) + "-element blocks")
+                       .c_str());
     KVLM_DISPATCH_QUANT(dtype, Q, launch_typed<Q>(p, n_weights, swiglu, stream));
 }
 

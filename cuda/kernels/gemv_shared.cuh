@@ -1,4 +1,4 @@
-// What the decode GEMVs of gemv.cu (f32/f16/bf16 weights) and gemv_quantized.cu (q8_0/q4_0/q4_1) share: the
+// What the decode GEMVs of gemv.cu (f32/f16/bf16 weights) and gemv_quantized.cu (quantized types) share: the
 // launch parameters, the in-kernel rms scale, the row bookkeeping, the epilogue and the launch shape, so both
 // kernel families reduce, write and size their launches identically. Device helpers only (no __shared__
 // declarations and no launches: the emulator's prep.py rewrites those in .cu files).
@@ -358,9 +358,8 @@ inline unsigned launch_blocks(int64_t n_rows, const LaunchShape& shape) {
     return unsigned((n_rows + rows_per_block - 1) / rows_per_block);
 }
 
-// gemv_quantized.cu: launches p (weight/out/bias/row_end/n_rows/x/norm set) for q8_0, q4_0 or q4_1 weights.
-// Throws when n_in is not a whole number of 32-element blocks or a matrix is not 2-byte (q8_0, q4_0) or 4-byte
-// (q4_1) aligned.
+// gemv_quantized.cu: launches p (weight/out/bias/row_end/n_rows/x/norm set) for quantized weights. Throws when
+// n_in is not a whole number of blocks or a matrix is not as aligned as its type's blocks (QuantBlock::kAlign).
 void launch_gemv_quantized(const GemvParams& p, DType dtype, int n_weights, bool swiglu, cudaStream_t stream);
 
 }  // namespace kvlm::gemv_detail

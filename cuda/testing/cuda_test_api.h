@@ -97,7 +97,7 @@ void matmul_accumulate(float* out, const float* x, const void* w, DType w_dtype,
 void add(float* x, const float* y, int64_t n);
 void add_bias(float* x, const float* bias, int32_t n, int32_t dim);
 void matmul(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in, int64_t n_out);
-// Quantized weights (q8_0, q4_0, q4_1) for a batch: x rounded to f16 (launch_convert_from_f32), then
+// Quantized weights (any quantized type) for a batch: x rounded to f16 (launch_convert_from_f32), then
 // launch_matmul_quantized with tiles of tile_rows rows; out is read first when accumulate.
 void matmul_quantized(float* out, const float* x, const void* w, DType w_dtype, int64_t n, int64_t n_in,
                       int64_t n_out, int64_t tile_rows, bool accumulate);

@@ -18,7 +18,8 @@ namespace {
 // launchers refuse such n_in before reading anything).
 size_t matrix_bytes(DType dtype, size_t n_rows, size_t n_in) {
     if (!dtype_is_quantized(dtype)) return n_rows * n_in * dtype_size(dtype);
-    return n_rows * size_t(dtype_bytes(dtype, n_in / kQuantBlock * kQuantBlock));
+    const size_t block = size_t(dtype_block_elements(dtype));
+    return n_rows * size_t(dtype_bytes(dtype, n_in / block * block));
 }
 
 }  // namespace

@@ -809,19 +809,4 @@ TEST_CASE("cuda backend: bad forward arguments throw Error") {
     CHECK(p.cuda->name().rfind("cuda", 0) == 0);
 }
 
-TEST_CASE("cuda backend: weights of a type the kernels do not run are refused naming the tensor") {
-    if (!have_cuda()) return;
-    for (DType dtype : {DType::q5_0, DType::q4_k, DType::iq4_xs}) {
-        CAPTURE(dtype_name(dtype));
-        ModelConfig c = small_random_config();
-        c.n_embd = 256, c.head_dim = 64, c.n_ff = 512;
-        auto m = make_random_model(c, dtype, 3);
-        BackendOptions options;
-        options.n_kv_blocks = 4;
-        const std::string want = std::string("cuda backend: tensor token_embd.weight is ") + dtype_name(dtype) +
-                                 ", which the CUDA kernels do not run yet (use --device cpu)";
-        CHECK_THROWS_WITH_AS(make_cuda_backend(m->config, m->weights, options), want.c_str(), Error);
-    }
-}
-
 #endif  // KVLM_CUDA

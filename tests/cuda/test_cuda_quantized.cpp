@@ -1,4 +1,4 @@
-// The CUDA backend on quantized models (q8_0, q4_0, q4_1 weights kept quantized on the device) vs the CPU:
+// The CUDA backend on quantized models (weights of every quantized type kept quantized on the device) vs the CPU:
 // decode (GEMVs dequantizing in registers, f32 activations) equals the CPU forward of the same weights
 // decoded to f32 to 1e-4; prefill (dequantized f16 tiles, f16 GEMM inputs) to 2e-2; and
 // the CPU's own quantized path (activations rounded to q8 blocks) within 3e-2, through prefill, chunked
@@ -87,6 +87,14 @@ std::vector<ModelConfig> configs() {
 
 const DType kQuantTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1};
 
+// Rows of whole 256-element super-blocks (n_embd 256, n_ff 512, heads of 64): every matrix of the type.
+ModelConfig wide_config() {
+    ModelConfig c = small_random_config();
+    c.n_embd = 256, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 64, c.n_ff = 512;
+    c.tied_embeddings = true;
+    return c;
+}
+
 }  // namespace
 
 TEST_CASE("cuda backend: quantized models decode as their f32 decoding on the CPU, prefill within f16 rounding") {
@@ -104,6 +112,23 @@ TEST_CASE("cuda backend: quantized models decode as their f32 decoding on the CP
             compare_run(make_pair(config, decoded->weights, quantized->weights, 5, 30), config.n_vocab, 23, 30, 2e-2f,
                         2e-2f, what + " prefill vs f32 decoding");
         }
+    }
+}
+
+TEST_CASE("cuda backend: models of the other quantized types decode as their f32 decoding, prefill within f16") {
+    if (!have_cuda()) return;
+    // The same two runs as above over the 32-element q5_0, q5_1, iq4_nl and the super-block types; the
+    // quantized token_embd is also the head.
+    const ModelConfig config = wide_config();
+    for (DType dtype : {DType::q5_0, DType::q5_1, DType::iq4_nl, DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k,
+                        DType::q6_k, DType::iq4_xs}) {
+        auto quantized = make_random_model(config, dtype, 43);
+        auto decoded = dequantized_copy(*quantized);
+        const std::string what = dtype_name(dtype);
+        compare_run(make_pair(config, decoded->weights, quantized->weights, 4, 12), config.n_vocab, 1, 12, 0, 1e-4f,
+                    what + " decode vs f32 decoding");
+        compare_run(make_pair(config, decoded->weights, quantized->weights, 5, 20), config.n_vocab, 15, 20, 2e-2f,
+                    2e-2f, what + " prefill vs f32 decoding");
     }
 }
 

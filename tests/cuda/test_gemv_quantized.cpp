@@ -1,4 +1,4 @@
-// CUDA kernels over quantized weights (q8_0, q4_0, q4_1) vs the CPU on the same blocks: the decode GEMVs
+// CUDA kernels over quantized weights (every quantized type) vs the CPU on the same blocks: the decode GEMVs
 // (cuda/kernels/gemv_quantized.cu: single output with norm/bias/residual, Q/K/V in one launch with mixed dtypes,
 // rows of a warp straddling outputs, the vocab-sized head, x from global memory, SwiGLU), the quantized
 // embedding lookup and the f16 dequantization (bit-identical to convert_to_f32), and the prefill GEMM over
@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,7 +31,11 @@ using namespace kvlm::test;
 
 namespace {
 
-[[maybe_unused]] const DType kQuantTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1};
+// 32-element blocks, and 256-element super-blocks (rows of whole super-blocks: n_in a multiple of 256).
+[[maybe_unused]] const DType kQuantTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1,
+                                              DType::q5_0, DType::q5_1, DType::iq4_nl};
+[[maybe_unused]] const DType kSuperBlockTypes[] = {DType::q2_k, DType::q3_k, DType::q4_k,
+                                                   DType::q5_k, DType::q6_k, DType::iq4_xs};
 
 [[maybe_unused]] std::vector<float> dequantize(const std::vector<uint8_t>& q, DType dtype, size_t n) {  // CUDA builds
     std::vector<float> out(n);
@@ -139,7 +144,7 @@ TEST_CASE("cuda kernels: quantized gemv vocab-sized head (4 rows per warp)") {
     const int32_t n_in = 576, n_out = 49152;  // SmolLM2-135M's tied LM head
     const std::vector<float> x = random_floats(size_t(n_in), -1, 1, 3000);
     for (DType dtype : kQuantTypes) {
-        if (cuda_emulated() && dtype != DType::q4_1) continue;  // the same kernel shape; the 16001-row case covers them
+        if (cuda_emulated() && dtype != DType::q5_1) continue;  // the same kernel shape; the 16001-row case covers them
         check_gemv({random_gemv_output(n_out, n_in, dtype, 3001)}, x, nullptr, 0, false, 0, "quantized vocab gemv");
     }
 }
@@ -164,6 +169,52 @@ TEST_CASE("cuda kernels: quantized gemv swiglu over shapes, types and norm") {
     }
 }
 
+TEST_CASE("cuda kernels: super-block quantized gemv (k-quants, iq4_xs) over shapes, outputs, norm and swiglu") {
+    if (!have_cuda_device()) return;
+    // n_in: one super-block, 6 (a partial load step), 9 (a second step with lanes past the row's end), and
+    // 14336 (x from global memory); every chunk of a super-block has its own scale bits, so rows see all 8.
+    const int32_t kInSizes[] = {256, 1536, 2304, 14336};
+    uint64_t seed = 9000;
+    for (int32_t n_in : kInSizes) {
+        const std::vector<float> x = random_floats(size_t(n_in), -1, 1, seed++);
+        const std::vector<float> nw = random_floats(size_t(n_in), 0.5f, 1.5f, seed++);
+        for (DType dtype : kSuperBlockTypes) {
+            for (int32_t n_out : {3, 192}) {
+                if (cuda_emulated() && n_in == 14336 && n_out == 192) continue;  // the 3-row case covers the path
+                const std::vector<GemvOutput> outputs = {random_gemv_output(n_out, n_in, dtype, seed)};
+                seed += 3;
+                check_gemv(outputs, x, nw.data(), 1u, true, 0, "super-block quantized gemv");
+                check_gemv(outputs, x, nullptr, 0u, false, 0, "super-block quantized gemv");
+            }
+            const GemvOutput gate = random_gemv_output(100, n_in, dtype, seed),
+                             up = random_gemv_output(100, n_in, dtype, seed + 3);
+            seed += 6;
+            check_gemv_swiglu(gate, up, x, nw.data(), "super-block quantized gemv_swiglu");
+        }
+    }
+    // Q4_K_M's attention (q6_k V beside q4_k Q/K) at Llama-3.2-1B's width, 4 rows per warp straddling the
+    // outputs, and every family in one call.
+    struct Case {
+        int32_t n_in;
+        std::vector<int32_t> n_outs;
+        std::vector<DType> dtypes;
+    };
+    const DType q4k = DType::q4_k, q6k = DType::q6_k, q3k = DType::q3_k;
+    const Case kCases[] = {
+        {2048, {256, 64, 64}, {q4k, q4k, q6k}},
+        {256, {5001, 1001, 5}, {q3k, q3k, q3k}},
+        {512, {100, 50, 7}, {DType::iq4_xs, DType::q5_0, DType::bf16}},
+    };
+    for (const Case& c : kCases) {
+        const std::vector<float> x = random_floats(size_t(c.n_in), -1, 1, seed++);
+        const std::vector<float> nw = random_floats(size_t(c.n_in), 0.5f, 1.5f, seed++);
+        std::vector<GemvOutput> outputs;
+        for (size_t i = 0; i < c.n_outs.size(); i++, seed += 3)
+            outputs.push_back(random_gemv_output(c.n_outs[i], c.n_in, c.dtypes[i], seed));
+        check_gemv(outputs, x, nw.data(), 5u, false, 0, "3-output super-block quantized gemv");
+    }
+}
+
 TEST_CASE("cuda kernels: quantized gemv alignment and shape errors") {
     if (!have_cuda_device()) return;
     const int32_t n_in = 64;
@@ -176,6 +227,15 @@ TEST_CASE("cuda kernels: quantized gemv alignment and shape errors") {
     check_gemv({random_gemv_output(37, n_in, DType::q4_1, 6002)}, x, nullptr, 0u, false, 4, "4-byte aligned q4_1 gemv");
     CHECK_THROWS_AS(check_gemv({random_gemv_output(37, n_in, DType::q8_0, 6003)}, x, nullptr, 0u, false, 1, ""), Error);
     CHECK_THROWS_AS(check_gemv({random_gemv_output(37, n_in, DType::q4_1, 6004)}, x, nullptr, 0u, false, 2, ""), Error);
+    // Super-blocks: q3_k (110 bytes) and q6_k (210) are only 2-byte aligned in a row; q4_k (144) is 4.
+    const std::vector<float> x256 = random_floats(256, -1, 1, 6006);
+    for (DType dtype : {DType::q3_k, DType::q6_k})
+        check_gemv({random_gemv_output(9, 256, dtype, 6007)}, x256, nullptr, 0u, false, 2, "2-byte aligned gemv");
+    CHECK_THROWS_AS(check_gemv({random_gemv_output(9, 256, DType::q4_k, 6008)}, x256, nullptr, 0u, false, 2, ""),
+                    Error);
+    // 64 elements are whole 32-element blocks but not a super-block: refused naming the type.
+    CHECK_THROWS_WITH_AS(check_gemv({random_gemv_output(4, 64, DType::q4_k, 6009)}, x, nullptr, 0u, false, 0, ""),
+                         "launch_gemv: q4_k rows must be whole 256-element blocks (n_in 64)", Error);
     // Rows that are not whole blocks.
     const GemvOutput o = random_gemv_output(4, n_in, DType::q8_0, 6005);
     std::vector<float> out(4);
@@ -193,8 +253,10 @@ TEST_CASE("cuda kernels: quantized gemv alignment and shape errors") {
 
 TEST_CASE("cuda kernels: quantized embedding and f16 dequantization are bit-identical to the CPU") {
     if (!have_cuda_device()) return;
-    for (DType dtype : kQuantTypes) {
-        const int32_t n = 7, dim = 96, n_vocab = 50;
+    std::vector<DType> all(std::begin(kQuantTypes), std::end(kQuantTypes));
+    all.insert(all.end(), std::begin(kSuperBlockTypes), std::end(kSuperBlockTypes));
+    for (DType dtype : all) {
+        const int32_t n = 7, dim = dtype_block_elements(dtype) == 32 ? 96 : 512, n_vocab = 50;
         const std::vector<uint8_t> table = to_dtype(random_floats(size_t(n_vocab) * dim, -1, 1, 1), dtype);
         const std::vector<int32_t> tokens = {0, 49, 3, 3, 17, 48, 1};
         std::vector<float> want(size_t(n) * dim), got(want.size());
@@ -221,11 +283,15 @@ TEST_CASE("cuda kernels: quantized prefill GEMM over f16 tiles vs the CPU") {
     struct Case {
         int32_t n, n_in, n_out;
     };
-    const Case kCases[] = {{2, 32, 1}, {3, 576, 100}, {17, 1024, 257}, {64, 96, 1000}};
+    const Case kCases[] = {{2, 32, 1}, {3, 576, 100}, {17, 1024, 257}, {64, 96, 1000}, {5, 256, 3}, {17, 512, 66}};
     uint64_t seed = 7000;
     for (const Case& c : kCases) {
         const std::vector<float> x = random_floats(size_t(c.n) * c.n_in, -1, 1, seed++);
-        for (DType dtype : kQuantTypes) {
+        std::vector<DType> types;
+        for (DType dtype : kQuantTypes)
+            if (!(cuda_emulated() && c.n_in % 256 == 0)) types.push_back(dtype);  // the other shapes cover them
+        if (c.n_in % 256 == 0) types.insert(types.end(), std::begin(kSuperBlockTypes), std::end(kSuperBlockTypes));
+        for (DType dtype : types) {
             const GemvOutput o = random_gemv_output(c.n_out, c.n_in, dtype, seed);
             seed += 3;
             std::vector<double> exact(size_t(c.n) * c.n_out);
