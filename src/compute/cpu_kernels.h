@@ -12,12 +12,15 @@
 //   dw*dx, acc) (float(S) rounded to nearest even); q4_1 also bias = fma(m, s, bias) (s = dx * sum q).
 //   The result is acc + bias. SIMD paths run batches 8 rows at once, one row per lane.
 // - q5_0, q5_1, iq4_nl, q2_k .. q6_k and iq4_xs weights (written out by matmul_quant_generic, which the
-//   scalar path runs): each 32-element chunk read as a QuantChunk (format/quant_blocks.h); per chunk in increasing order:
-//   S = the exact integer sum of w[j]*q[j], acc = fma(float(S), scale*dx, acc); where the type has mins, bias =
-//   fma(min, s, bias). The result is acc + bias. Types with a scale per 16 elements (q2_k, q3_k, q6_k) run
-//   one such chain per half h of the chunks (acc_h, bias_h; S over the half's 16 elements, q2_k's bias term
-//   min_h x dx * float(sum of the half's q)): the result is (acc_0 + acc_1) + (bias_0 + bias_1), two chains
-//   whose latencies overlap.
+//   scalar path runs): each 32-element chunk read as a QuantChunk (format/quant_blocks.h); chunk c goes to
+//   lane l = c % 4, and per lane in increasing c: S = the exact integer sum of w[j]*q[j], acc_l = fma(float(S),
+//   scale*dx, acc_l); where the type has mins, bias_l = fma(min, s, bias_l). With sum4(v) = (v_0 + v_1) +
+//   (v_2 + v_3), the result is sum4(acc) + sum4(bias). Types with a scale per 16 elements (q2_k, q3_k, q6_k)
+//   run such lanes per half h of the chunks (acc_h, bias_h; S over the half's 16 elements, q2_k's bias term
+//   min_h x dx * float(sum of the half's q)): the result is (sum4(acc_0) + sum4(acc_1)) + (sum4(bias_0) +
+//   sum4(bias_1)). Four independent lanes, not one chain: a one-token row is otherwise bound by the latency of
+//   its dependent fmas (1.4x the decode rate at the 1B shape, bench/RESULTS.md session 33). q8_0/q4_0/q4_1
+//   keep their single chain for now (issue 48 revisits them).
 // - attention (attend_block, keys in chunks of kAttentionChunk positions, in increasing position): s_j = dot(k_j, q) * scale
 //   (the canonical dot); keys past the query's position take no part; m' = max(m, max_j s_j); alpha = 0 when
 //   m is -inf, else exp_c(m - m'); p_j = exp_c(s_j - m'); l = l * alpha, then l += p_j in increasing j;

@@ -236,7 +236,7 @@ namespace {
 // The canonical order of compute/cpu_kernels.h for these types, written out here from QuantChunks (whose
 // values tests/import/test_gguf.cpp checks against the gguf package), with the 16-bit activations' error bound.
 float canonical_other_quant_dot(const uint8_t* w_raw, DType dtype, const float* x, int64_t n_in, double* error_bound) {
-    float acc[2] = {0.0f, 0.0f}, bias[2] = {0.0f, 0.0f};  // one chain per half for the per-16 types
+    float acc[2][4] = {}, bias[2][4] = {};  // [half][lane]: chunk b in lane b % 4, per half for the per-16 types
     *error_bound = 0;
     const int chunks = int(dtype_block_elements(dtype) / 32);
     const bool per_16 = quant_scale_per_16(dtype), has_min = quant_has_min(dtype);
@@ -257,11 +257,14 @@ float canonical_other_quant_dot(const uint8_t* w_raw, DType dtype, const float* 
             const int begin = per_16 ? 16 * h : 0, end = per_16 ? begin + 16 : 32;
             int64_t sum = 0, half_q = 0;
             for (int j = begin; j < end; j++) sum += int64_t(c.w[j]) * q[j], half_q += q[j];
-            acc[h] = std::fma(float(sum), c.scale[h] * dx, acc[h]);
-            if (has_min) bias[h] = std::fma(c.min[h], per_16 ? dx * float(half_q) : dx * float(q_sum), bias[h]);
+            float& a = acc[h][b % 4];
+            a = std::fma(float(sum), c.scale[h] * dx, a);
+            float& m = bias[h][b % 4];
+            if (has_min) m = std::fma(c.min[h], per_16 ? dx * float(half_q) : dx * float(q_sum), m);
         }
     }
-    return per_16 ? (acc[0] + acc[1]) + (bias[0] + bias[1]) : acc[0] + bias[0];
+    const auto sum4 = [](const float* l) { return (l[0] + l[1]) + (l[2] + l[3]); };
+    return per_16 ? (sum4(acc[0]) + sum4(acc[1])) + (sum4(bias[0]) + sum4(bias[1])) : sum4(acc[0]) + sum4(bias[0]);
 }
 
 }  // namespace
