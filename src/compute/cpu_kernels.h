@@ -95,7 +95,8 @@ constexpr int64_t kQuantRowsAsStoredTokens = 4;
 // s and two half sums) or their blocks rearranged in groups of 4 (128 bytes a block, rounded up to groups,
 // 64-byte aligned), whatever n_rows; more tokens, the unpacked rows (per row and block, 32 16-bit weights and
 // up to two scales and two mins as floats) or the block scales, whichever is larger. (The AVX-512 path's
-// q4_k/q5_k/q6_k rows take 88 bytes a token and block of 32: scales, the activations as bytes, half sums.)
+// rows of q5_0, q5_1 and q2_k .. q6_k take 88 bytes a token and block of 32: scales, the activations as bytes,
+// and the half sums of q in whole groups of 4 blocks.)
 constexpr int64_t quantized_scratch_bytes(int64_t n_tokens, int64_t n_rows, int64_t n_in) {
     const int64_t scales = (n_in / 32) * n_tokens * 16;
     if (n_tokens <= kQuantRowsAsStoredTokens) {
