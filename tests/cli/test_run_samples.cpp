@@ -139,6 +139,12 @@ TEST_CASE("run --samples and --beams: the pool is sized for at most a context pe
                       std::string::npos,
                   too_many.err);
     CHECK_MESSAGE(too_many.err.find("lower --samples or -n") != std::string::npos, too_many.err);
+    // A pool fixed by --kv-mem: more samples than its blocks are refused before any fork (the probe's hang).
+    CliResult past_pool = run({"-p", "Once", "--samples", "100000000", "-n", "100", "--kv-mem", "1MiB"});
+    CHECK(past_pool.exit_code != 0);
+    CHECK(past_pool.out.empty());
+    CHECK_MESSAGE(past_pool.err.find("--samples 100000000: the KV pool holds ") != std::string::npos, past_pool.err);
+    CHECK_MESSAGE(past_pool.err.find("lower --samples or raise --kv-mem") != std::string::npos, past_pool.err);
 }
 
 TEST_CASE("run --samples: greedy samples are all equal; bad counts are errors") {
