@@ -133,9 +133,10 @@ int run_samples(Engine& engine, const RunOptions& options, const std::vector<int
     // others needs a block of its own at least (its first token, or its copy of the prompt's last block), and a
     // count past the pool's blocks is refused before a fork is made (10^8 forks took minutes and gigabytes).
     if (samples_together(engine, options) && options.n_samples > engine.pool().n_blocks())
-        throw_error("--samples {}: the KV pool holds {} blocks ({} tokens) and each sample decoding beside the others "
-                    "needs one of its own at least; lower --samples or raise --kv-mem",
-                    options.n_samples, engine.pool().n_blocks(), (long long)engine.n_pool_tokens());
+        throw_error(
+            "--samples {}: the KV pool holds {} blocks ({} tokens) and each sample decoding beside the others "
+            "needs one of its own at least; lower --samples or raise --kv-mem",
+            options.n_samples, engine.pool().n_blocks(), (long long)engine.n_pool_tokens());
     PrefixCache& cache = engine.prefix_cache();
     Sequence prompt_seq;
     Prefill prompt = prefill(engine, prompt_seq, prompt_ids);
